@@ -1,0 +1,197 @@
+"""Circuit breaker per backend: pybreaker's state machine, driven correctly from asyncio.
+
+Why not ``@breaker`` on an ``async def``: pybreaker would record success when the
+coroutine object is *created*, not when it finishes, and its half-open state lets
+every concurrent coroutine through as a probe. So the I/O happens outside pybreaker:
+
+1. :meth:`Breaker.admit` decides, without I/O, whether a call may go out
+   (closed: yes; open: no until ``reset_timeout``; half-open: only while one of the
+   K probe permits is free);
+2. the caller awaits the backend;
+3. :meth:`Breaker.record` feeds the outcome back through ``CircuitBreaker.call``
+   with a synchronous thunk, so pybreaker's own counting and transitions apply.
+
+State lives in a pybreaker ``CircuitBreakerStorage``; probe permits behind
+:class:`ProbePermits`. Both have in-memory versions here and shared versions in
+:mod:`authn_gateway.redis_store`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import pybreaker
+
+from backends.base import Outcome, Unavailable
+
+log = logging.getLogger(__name__)
+
+CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
+STATES = (CLOSED, OPEN, HALF_OPEN, "forced_open", "forced_closed")
+
+
+class Override(enum.Enum):
+    """Operator overrides, like resilience4j's FORCED_OPEN and DISABLED."""
+
+    NONE = "none"
+    FORCED_OPEN = "forced_open"
+    FORCED_CLOSED = "forced_closed"
+
+
+class ProbePermits(Protocol):
+    """At most K calls may be in flight while half-open."""
+
+    def try_acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class LocalProbePermits:
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._in_flight = 0
+
+    def try_acquire(self) -> bool:
+        if self._in_flight >= self._limit:
+            return False
+        self._in_flight += 1
+        return True
+
+    def release(self) -> None:
+        self._in_flight = max(0, self._in_flight - 1)
+
+
+class _Unhealthy(Exception):
+    """The outcome fed into pybreaker for an unavailable backend."""
+
+
+class _TransitionListener(pybreaker.CircuitBreakerListener):  # type: ignore[misc]
+    def __init__(self, notify: Callable[[str, str], None]) -> None:
+        self._notify = notify
+
+    def state_change(self, cb: Any, old_state: Any, new_state: Any) -> None:
+        self._notify(old_state.name if old_state is not None else "none", new_state.name)
+
+
+class Admission:
+    """A ticket for one call; ``probe`` calls hold a half-open permit."""
+
+    __slots__ = ("probe",)
+
+    def __init__(self, probe: bool) -> None:
+        self.probe = probe
+
+
+_NORMAL = Admission(probe=False)
+
+
+class Breaker:
+    def __init__(
+        self,
+        name: str,
+        fail_max: int,
+        reset_timeout: float,
+        probes: ProbePermits,
+        storage: pybreaker.CircuitBreakerStorage | None = None,
+        on_transition: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._probes = probes
+        self._on_transition = on_transition
+        self.override = Override.NONE
+        self._cb = pybreaker.CircuitBreaker(
+            fail_max=fail_max,
+            reset_timeout=reset_timeout,
+            # One healthy probe closes the breaker.
+            success_threshold=1,
+            state_storage=storage or pybreaker.CircuitMemoryStorage(CLOSED),
+            listeners=[_TransitionListener(self._transition)],
+            name=name,
+            throw_new_error_on_trip=False,
+        )
+
+    def _transition(self, old: str, new: str) -> None:
+        log.warning("breaker %s: %s -> %s", self.name, old, new)
+        if self._on_transition is not None:
+            self._on_transition(self.name, old, new)
+
+    @property
+    def state(self) -> str:
+        """closed, open, half-open, forced_open or forced_closed."""
+        if self.override is not Override.NONE:
+            return str(self.override.value)
+        state: str = self._cb.current_state
+        return state
+
+    def admit(self) -> Admission | None:
+        """A ticket if a call may go to the backend now, else None (fail fast)."""
+        if self.override is Override.FORCED_OPEN:
+            return None
+        if self.override is Override.FORCED_CLOSED:
+            return _NORMAL
+        state = self._cb.current_state
+        if state == CLOSED:
+            return _NORMAL
+        if state == OPEN:
+            opened_at = self._cb._state_storage.opened_at
+            timeout = timedelta(seconds=self._cb.reset_timeout)
+            if opened_at is not None and datetime.now(UTC) < opened_at + timeout:
+                return None
+            self._cb.half_open()
+        if self._probes.try_acquire():
+            return Admission(probe=True)
+        return None
+
+    def release(self, ticket: Admission) -> None:
+        """Give back a ticket whose call was never made."""
+        if ticket.probe:
+            self._probes.release()
+
+    def record(self, ticket: Admission, outcome: Outcome) -> None:
+        """Feed one finished call's outcome to the state machine."""
+        self.release(ticket)
+        if self.override is not Override.NONE:
+            return
+        try:
+            if isinstance(outcome, Unavailable):
+                self._cb.call(_raise_unhealthy)
+            else:
+                # A rejected token is a healthy answer from the IdP.
+                self._cb.call(_healthy)
+        except (_Unhealthy, pybreaker.CircuitBreakerError):
+            # Either the failure we fed in, or the breaker opened meanwhile (a call that
+            # started before the trip finished after it): nothing more to record.
+            pass
+
+    def hold_open(self, seconds: float) -> None:
+        """Stay open for ``seconds`` (the IdP sent Retry-After), then probe as usual."""
+        if self._cb.current_state != OPEN:
+            self._cb.open()
+        # opened_at is set so that opened_at + reset_timeout is the time the IdP asked for.
+        self._cb._state_storage.opened_at = datetime.now(UTC) + timedelta(
+            seconds=seconds - self._cb.reset_timeout
+        )
+
+    def force(self, override: Override) -> None:
+        previous = self.state
+        self.override = override
+        if override is Override.NONE:
+            # Released: start again from closed, with a clean failure count.
+            self._cb.close()
+        log.warning(
+            "breaker %s: operator override %s (was %s)", self.name, override.value, previous
+        )
+        if self._on_transition is not None:
+            self._on_transition(self.name, previous, self.state)
+
+
+def _healthy() -> None:
+    return None
+
+
+def _raise_unhealthy() -> None:
+    raise _Unhealthy

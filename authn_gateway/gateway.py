@@ -1,0 +1,117 @@
+"""Assembly: turns a validated config into a running pipeline, and owns its lifecycle."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from backends.base import Backend
+
+from .breaker import Breaker
+from .bucket import InboundLimiter, TokenBucket
+from .cache import ReviewCache
+from .config import GatewayConfig
+from .keys import TokenHasher
+from .metrics import Metrics
+from .pipeline import GuardedBackend, Pipeline
+from .routing import PrefixRule, Router
+from .settings import BackendSettings
+from .state import LocalState, StateFactory
+
+log = logging.getLogger(__name__)
+
+SECRET_ENV = "AUTHN_GATEWAY_SECRET"
+
+
+def gateway_secret(config: GatewayConfig) -> bytes | None:
+    if config.secret is not None:
+        return config.secret.get_secret_value().encode()
+    from_env = os.environ.get(SECRET_ENV)
+    return from_env.encode() if from_env else None
+
+
+class Gateway:
+    """Everything a running gateway holds: config, backends, pipeline, metrics."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        metrics: Metrics | None = None,
+        state: StateFactory | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.hasher = TokenHasher(gateway_secret(config))
+        self.state = state or LocalState(config.cache.max_entries)
+        self.backends: list[Backend] = [b.build() for b in config.backends]
+        guarded = [self._guard(s, b) for s, b in zip(config.backends, self.backends, strict=True)]
+        by_name = {g.name: g for g in guarded}
+        router: Router[GuardedBackend] = Router(
+            [
+                PrefixRule(s.prefix, s.strip_prefix, by_name[s.name])
+                for s in config.backends
+                if s.prefix is not None
+            ],
+            [by_name[s.name] for s in config.backends if s.chained],
+        )
+        inbound = config.inbound_limit
+        self.pipeline = Pipeline(
+            router,
+            guarded,
+            InboundLimiter(inbound.rate, inbound.burst) if inbound.enabled else None,
+            config.review_deadline_seconds,
+            config.reject_service_account_tokens,
+            self.metrics,
+        )
+        self.ready = False
+
+    def _guard(self, settings: BackendSettings, backend: Backend) -> GuardedBackend:
+        name = backend.name
+        breaker = Breaker(
+            name,
+            settings.breaker.fail_max,
+            settings.breaker.reset_timeout_seconds,
+            self.state.probe_permits(name, settings.breaker.half_open_probes),
+            self.state.breaker_storage(name),
+            on_transition=self.metrics.breaker_transition,
+        )
+        self.metrics.set_breaker_state(name, breaker.state)
+        return GuardedBackend(
+            backend,
+            cache=ReviewCache(self.config.cache_for(settings), self.state.cache_store()),
+            flights=self.state.flights(name, self.metrics.coalesced.labels(name).inc),
+            breaker=breaker,
+            bucket=TokenBucket(
+                f"bucket:{name}",
+                settings.bucket.rate,
+                settings.bucket.burst,
+                self.state.bucket_store(),
+            ),
+            max_wait=settings.bucket.max_wait_seconds,
+            call_deadline=settings.timeouts.total_seconds,
+            rules=settings.token_rules,
+            audiences=tuple(settings.audiences or self.config.audiences),
+            hasher=self.hasher,
+            metrics=self.metrics,
+        )
+
+    async def start(self) -> None:
+        if self.hasher.secret_is_random:
+            log.info(
+                "no gateway secret configured: using a random one (cache keys "
+                "change on restart; set %s or 'secret:' to keep them)",
+                SECRET_ENV,
+            )
+        await self.state.start()
+        for backend in self.backends:
+            await backend.start()
+        self.ready = True
+
+    async def close(self) -> None:
+        self.ready = False
+        for backend in self.backends:
+            try:
+                await backend.close()
+            except Exception:
+                log.exception("backend %s did not close cleanly", backend.name)
+        await self.state.close()

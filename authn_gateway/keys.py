@@ -1,0 +1,45 @@
+"""Keyed hashes of tokens: the only form in which a token is ever stored or logged."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from hashlib import sha256
+
+
+class TokenHasher:
+    """HMAC-SHA256 under the gateway secret.
+
+    Without the secret, a cache key or log prefix cannot be tested against a
+    guessed token. With Redis, every replica must share the secret so that keys
+    and entry signatures agree.
+    """
+
+    def __init__(self, secret: bytes | None) -> None:
+        self.secret_is_random = secret is None
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+        self._base = hmac.new(self._secret, digestmod=sha256)
+
+    @property
+    def secret(self) -> bytes:
+        return self._secret
+
+    def cache_key(self, backend: str, token: str, audiences: tuple[str, ...]) -> bytes:
+        """Key of one (backend, token, audiences) answer; 32 raw bytes."""
+        h = self._base.copy()
+        # NUL cannot occur in a backend name and is rejected in tokens (pre-rejection),
+        # so the fields cannot run into each other.
+        h.update(f"review\0{backend}\0{token}\0{chr(0).join(audiences)}".encode())
+        return h.digest()
+
+    def token_id(self, token: str) -> str:
+        """A short, stable prefix for correlating log lines; not reversible."""
+        h = self._base.copy()
+        h.update(b"log\0" + token.encode())
+        return h.hexdigest()[:12]
+
+    def sign(self, payload: bytes) -> bytes:
+        """Signature for values stored outside the process (Redis)."""
+        h = self._base.copy()
+        h.update(b"entry\0" + payload)
+        return h.digest()

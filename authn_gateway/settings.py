@@ -1,0 +1,133 @@
+"""Typed settings shared by the gateway and every backend.
+
+Defaults and validation sit next to the field they belong to. Backend modules
+subclass :class:`BackendSettings`; :mod:`authn_gateway.config` assembles the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    model_validator,
+)
+
+from .bucket import per_second
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors: a typo in a config must not silently do nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _resolve_secret(value: Any) -> Any:
+    """``env:NAME`` reads an environment variable, ``file:PATH`` a file; else literal."""
+    if isinstance(value, SecretStr) or not isinstance(value, str):
+        return value
+    if value.startswith("env:"):
+        name = value[4:]
+        if name not in os.environ:
+            raise ValueError(f"environment variable {name} is not set")
+        return SecretStr(os.environ[name])
+    if value.startswith("file:"):
+        path = Path(value[5:])
+        try:
+            return SecretStr(path.read_text().strip())
+        except OSError as exc:
+            raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+    return SecretStr(value)
+
+
+#: A secret given literally, as ``env:NAME`` or as ``file:/path``. Never printed.
+Secret = Annotated[SecretStr, BeforeValidator(_resolve_secret)]
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+#: Calls per second: a number, or limits' notation such as "3000/minute".
+Rate = Annotated[
+    float, BeforeValidator(lambda v: per_second(v) if isinstance(v, str) else v), Field(gt=0)
+]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+
+
+class TimeoutSettings(Strict):
+    """Deadlines for one backend call; well under kube-apiserver's 30 s webhook timeout."""
+
+    connect_seconds: PositiveFloat = 1.0
+    read_seconds: PositiveFloat = 2.0
+    total_seconds: PositiveFloat = 2.0
+
+
+class CacheSettings(Strict):
+    positive_ttl_seconds: NonNegativeFloat = 300.0
+    negative_ttl_seconds: NonNegativeFloat = 30.0
+    # Negative TTLs are spread by +/- this fraction so expiries don't synchronise.
+    negative_jitter: Annotated[float, Field(ge=0, le=0.5)] = 0.1
+    # How long past its TTL a positive entry may be served while the IdP cannot
+    # answer. 0 disables serving stale identities.
+    max_stale_seconds: NonNegativeFloat = 3600.0
+
+
+class BreakerSettings(Strict):
+    # Consecutive unavailable answers that open the breaker.
+    fail_max: Annotated[int, Field(ge=1)] = 5
+    reset_timeout_seconds: PositiveFloat = 10.0
+    # Calls admitted while half-open, in total (fleet-wide with Redis).
+    half_open_probes: Annotated[int, Field(ge=1)] = 1
+
+
+class BucketSettings(Strict):
+    """Token bucket on calls *to* the IdP (R per second, burst B)."""
+
+    rate: Rate = 50.0
+    burst: Annotated[int, Field(ge=1)] = 100
+    # Wait this long for a token before answering from stale cache or unavailable.
+    max_wait_seconds: NonNegativeFloat = 0.0
+
+
+class TokenRules(Strict):
+    """Local pre-rejection: tokens that break these never reach the IdP."""
+
+    min_length: Annotated[int, Field(ge=1)] = 1
+    max_length: Annotated[int, Field(ge=1)] = 4096
+
+
+class BackendSettings(Strict):
+    """Fields every backend shares. Subclasses add ``type`` and their own fields."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+    # Tokens starting with this prefix go to this backend only.
+    prefix: str | None = None
+    # Remove the prefix before the token is sent to the IdP.
+    strip_prefix: bool = False
+    # Whether tokens that match no prefix may try this backend, in file order.
+    in_chain: bool | None = None
+    # Audiences this backend's tokens are valid for; [] inherits the gateway's.
+    audiences: list[str] = Field(default_factory=list)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    cache: CacheSettings | None = None
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    bucket: BucketSettings = Field(default_factory=BucketSettings)
+    token_rules: TokenRules = Field(default_factory=TokenRules)
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> BackendSettings:
+        if self.prefix == "":
+            raise ValueError("prefix: must not be empty (omit it instead)")
+        if self.strip_prefix and not self.prefix:
+            raise ValueError("strip_prefix: needs a prefix")
+        if self.token_rules.min_length > self.token_rules.max_length:
+            raise ValueError("token_rules.min_length: must be <= max_length")
+        return self
+
+    @property
+    def chained(self) -> bool:
+        """Backends with no prefix are in the chain unless told otherwise."""
+        return self.in_chain if self.in_chain is not None else self.prefix is None

@@ -1,0 +1,99 @@
+"""The TokenReview wire format (authentication.k8s.io v1 and v1beta1).
+
+Both versions have the same shape; the reply always carries the apiVersion the
+request came in, because kube-apiserver rejects a reply in another version.
+The request's ``spec`` is never echoed back: it holds the token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from backends.base import UserInfo
+
+API_VERSIONS = frozenset({"authentication.k8s.io/v1", "authentication.k8s.io/v1beta1"})
+
+
+class BadReview(ValueError):
+    """A malformed TokenReview; the message names the problem, never the token."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRequest:
+    api_version: str
+    token: str
+    audiences: tuple[str, ...] = ()
+
+
+def parse_review(body: bytes) -> ReviewRequest:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadReview("body is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise BadReview("body must be a JSON object")
+    api_version = doc.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise BadReview(
+            "apiVersion must be authentication.k8s.io/v1 or authentication.k8s.io/v1beta1"
+        )
+    if doc.get("kind") != "TokenReview":
+        raise BadReview("kind must be TokenReview")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        raise BadReview("spec must be an object")
+    token = spec.get("token")
+    if not isinstance(token, str):
+        raise BadReview("spec.token must be a string")
+    if not token:
+        raise BadReview("spec.token must not be empty")
+    audiences = spec.get("audiences")
+    if audiences is None:
+        audiences = []
+    if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
+        raise BadReview("spec.audiences must be a list of strings")
+    return ReviewRequest(api_version, token, tuple(audiences))
+
+
+def _user_json(user: UserInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {"username": user.username}
+    if user.uid:
+        out["uid"] = user.uid
+    if user.groups:
+        out["groups"] = list(user.groups)
+    if user.extra:
+        out["extra"] = {k: list(v) for k, v in user.extra.items()}
+    return out
+
+
+def render_authenticated(
+    api_version: str, user: UserInfo, audiences: tuple[str, ...] = ()
+) -> bytes:
+    status: dict[str, Any] = {"authenticated": True, "user": _user_json(user)}
+    if audiences:
+        status["audiences"] = list(audiences)
+    return orjson.dumps({"apiVersion": api_version, "kind": "TokenReview", "status": status})
+
+
+def render_unauthenticated(api_version: str, error: str = "") -> bytes:
+    """``error`` empty means "the token is invalid" and lets kube-apiserver cache it."""
+    status: dict[str, Any] = {"authenticated": False}
+    if error:
+        status["error"] = error
+    return orjson.dumps({"apiVersion": api_version, "kind": "TokenReview", "status": status})
+
+
+def render_bad_request(message: str) -> bytes:
+    """Body of a 400/413/415: a Kubernetes-style Status naming the problem."""
+    return orjson.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "message": message,
+            "reason": "BadRequest",
+        }
+    )

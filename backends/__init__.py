@@ -1,0 +1,1 @@
+"""Identity backends. Each module implements :class:`backends.base.Backend`."""

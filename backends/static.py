@@ -1,0 +1,161 @@
+"""Static tokens, compatible with kube-apiserver's ``--token-auth-file`` CSV.
+
+Each line is ``token,user,uid,"group1,group2"``; lines starting with ``#`` and
+blank lines are skipped. Intended for development and break-glass accounts.
+
+Tokens are indexed by a keyed hash, then compared with :func:`hmac.compare_digest`,
+so lookup time does not depend on how much of a guessed token is right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import hmac
+import io
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from hashlib import sha256
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from authn_gateway.settings import BackendSettings, Secret, Strict
+
+from .base import Authenticated, Backend, Outcome, Rejected, UserInfo
+
+log = logging.getLogger(__name__)
+
+
+class TokenFileError(ValueError):
+    """A token file that cannot be used; the message names file and line."""
+
+
+class InlineToken(Strict):
+    token: Secret
+    username: str = Field(min_length=1)
+    uid: str = ""
+    groups: list[str] = Field(default_factory=list)
+
+
+class StaticSettings(BackendSettings):
+    type: Literal["static"]
+    # A --token-auth-file CSV; reloaded when it changes.
+    file: Path | None = None
+    # Tokens written into the config itself (the embedded demo uses these).
+    tokens: list[InlineToken] = Field(default_factory=list)
+    reload_interval_seconds: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StaticSettings:
+        if self.file is None and not self.tokens:
+            raise ValueError("needs a file or tokens")
+        return self
+
+    def build(self) -> Backend:
+        return StaticBackend(self)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    token: bytes
+    user: UserInfo
+
+
+def parse_token_file(text: str, source: str) -> list[tuple[str, UserInfo]]:
+    """Parse token-file CSV. Raises :class:`TokenFileError` naming ``source:line``."""
+    entries: list[tuple[str, UserInfo]] = []
+    seen: set[str] = set()
+    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+            continue
+        where = f"{source}:{lineno}"
+        if len(row) < 3:
+            raise TokenFileError(
+                f"{where}: expected token,user,uid[,groups], got {len(row)} fields"
+            )
+        token, username, uid = row[0].strip(), row[1].strip(), row[2].strip()
+        if not token:
+            raise TokenFileError(f"{where}: empty token")
+        if not username:
+            raise TokenFileError(f"{where}: empty user name")
+        if token in seen:
+            raise TokenFileError(f"{where}: duplicate token (user {username})")
+        seen.add(token)
+        groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
+        entries.append((token, UserInfo(username=username, uid=uid, groups=groups)))
+    return entries
+
+
+class StaticBackend(Backend):
+    kind = "static"
+
+    def __init__(self, settings: StaticSettings) -> None:
+        super().__init__(settings.name)
+        self._settings = settings
+        self._index_key = secrets.token_bytes(32)
+        self._table: dict[bytes, _Entry] = {}
+        self._mtime: tuple[int, int] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.load()
+
+    def _digest(self, token: str) -> bytes:
+        return hmac.new(self._index_key, token.encode(), sha256).digest()
+
+    def load(self) -> None:
+        """(Re)load every source; raises TokenFileError and keeps the old table."""
+        pairs = [
+            (t.token.get_secret_value(), UserInfo(t.username, t.uid, tuple(t.groups)))
+            for t in self._settings.tokens
+        ]
+        path = self._settings.file
+        if path is not None:
+            try:
+                stat = path.stat()
+                text = path.read_text()
+            except OSError as exc:
+                raise TokenFileError(f"{path}: cannot read: {exc.strerror}") from None
+            pairs += parse_token_file(text, str(path))
+            self._mtime = (stat.st_mtime_ns, stat.st_size)
+        self._table = {self._digest(t): _Entry(t.encode(), u) for t, u in pairs}
+
+    async def start(self) -> None:
+        if self._settings.file is not None:
+            self._watcher = asyncio.create_task(self._watch(), name=f"static-reload-{self.name}")
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    async def _watch(self) -> None:
+        path = self._settings.file
+        assert path is not None
+        while True:
+            await asyncio.sleep(self._settings.reload_interval_seconds)
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            if (stat.st_mtime_ns, stat.st_size) == self._mtime:
+                continue
+            try:
+                self.load()
+            except TokenFileError as exc:
+                # A half-written or broken file must not drop every token: keep the old set.
+                self._mtime = (stat.st_mtime_ns, stat.st_size)
+                log.error(
+                    "backend %s: token file reload refused, keeping previous: %s", self.name, exc
+                )
+            else:
+                log.info(
+                    "backend %s: reloaded %d tokens from %s", self.name, len(self._table), path
+                )
+
+    async def authenticate(self, token: str) -> Outcome:
+        entry = self._table.get(self._digest(token))
+        if entry is not None and hmac.compare_digest(entry.token, token.encode()):
+            return Authenticated(entry.user)
+        return Rejected("unknown static token")

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up everything the test suite needs on a fresh Debian machine, then runs
+# the linters, the type checker and the whole test suite.
+#
+#   ./scripts/test.sh            # everything
+#   ./scripts/test.sh -k cache   # extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Real servers the tests start on loopback: Redis, OpenLDAP, Keystone (under uWSGI),
+# Prometheus (promtool too), and wrk for benchmarks.
+APT_PACKAGES=(redis-server slapd ldap-utils keystone uwsgi uwsgi-plugin-python3 prometheus
+              wrk)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing Debian packages: ${missing[*]}"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    # policy-rc.d style environments: the packages' own services are not needed,
+    # the tests start private instances.
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/pip install -q --upgrade pip >/dev/null
+.venv/bin/pip install -q -e '.[test,loadtest]'
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/pytest -q "$@"
