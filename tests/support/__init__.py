@@ -1,0 +1,1 @@
+"""Helpers that start real processes on loopback for the tests."""
