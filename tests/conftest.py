@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadtests.fakes.idp import FakeIdP
+from tests.support.procs import GatewayProcess, start_gateway
+
+
+@pytest.fixture
+def fake_idp() -> Iterator[FakeIdP]:
+    """A fault-injecting IdP on a free loopback port, in a thread of its own."""
+    idp = FakeIdP(control_port=0).start_in_thread()
+    try:
+        yield idp
+    finally:
+        idp.stop()
+
+
+@pytest.fixture
+def gateway_factory(tmp_path: Path) -> Iterator[object]:
+    """Start real ``authn-gateway serve`` processes; all are stopped at teardown."""
+    started: list[GatewayProcess] = []
+
+    def start(config: dict[str, object], **kwargs: object) -> GatewayProcess:
+        gw = start_gateway(config, tmp_path, **kwargs)  # type: ignore[arg-type]
+        started.append(gw)
+        return gw
+
+    yield start
+    for gw in started:
+        gw.stop()
+
+
+def userinfo_backend(idp: FakeIdP, **overrides: object) -> dict[str, object]:
+    """A userinfo backend pointed at the fake IdP, with test-friendly resilience knobs."""
+    backend: dict[str, object] = {
+        "name": "idp",
+        "type": "userinfo",
+        "url": idp.url,
+        "timeouts": {"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.0},
+        "breaker": {"fail_max": 3, "reset_timeout_seconds": 2.0, "half_open_probes": 1},
+        "bucket": {"rate": 1000, "burst": 1000},
+    }
+    backend.update(overrides)
+    return backend
