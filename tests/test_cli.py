@@ -14,8 +14,13 @@ from tests.support.procs import free_port, wait_for_port
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "authn_gateway", *args], input=stdin,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "authn_gateway", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_version() -> None:
@@ -45,8 +50,11 @@ def test_review_explains_a_rejection_in_v1beta1() -> None:
     result = run_cli("review", "--api-version", "v1beta1", "wrong-token")
     assert result.returncode == 0
     doc = json.loads(result.stdout)
-    assert doc == {"apiVersion": "authentication.k8s.io/v1beta1", "kind": "TokenReview",
-                   "status": {"authenticated": False}}
+    assert doc == {
+        "apiVersion": "authentication.k8s.io/v1beta1",
+        "kind": "TokenReview",
+        "status": {"authenticated": False},
+    }
     assert "rejected by demo" in result.stderr
 
 
@@ -72,15 +80,26 @@ def test_review_without_a_token_fails_clearly() -> None:
 
 def test_serve_runs_the_embedded_default_with_demo_tokens() -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "authn_gateway", "serve", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "authn_gateway", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_for_port(port, proc=proc)
-        r = httpx.post(f"http://127.0.0.1:{port}/authenticate", json={
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-            "spec": {"token": "demo-admin-token"}})
-        assert r.json()["status"]["user"] == {"username": "demo-admin", "uid": "1000",
-                                              "groups": ["system:masters"]}
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/authenticate",
+            json={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": "demo-admin-token"},
+            },
+        )
+        assert r.json()["status"]["user"] == {
+            "username": "demo-admin",
+            "uid": "1000",
+            "groups": ["system:masters"],
+        }
     finally:
         proc.terminate()
         output, _ = proc.communicate(timeout=15)

@@ -50,14 +50,16 @@ def test_minimal_config_gets_production_defaults() -> None:
 
 
 def test_negative_timeout_names_the_field() -> None:
-    text = MINIMAL + """
+    text = (
+        MINIMAL
+        + """
   - name: other
     type: userinfo
     url: http://127.0.0.1:1/userinfo
     timeouts: {total_seconds: 0}
 """
-    assert problems(text) == [
-        "backends[1].timeouts.total_seconds: Input should be greater than 0"]
+    )
+    assert problems(text) == ["backends[1].timeouts.total_seconds: Input should be greater than 0"]
 
 
 def test_unknown_key_is_an_error() -> None:
@@ -115,8 +117,11 @@ def test_rates_accept_limits_notation() -> None:
 def test_check_config_command_exits_non_zero_with_located_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(MINIMAL + "review_deadline_seconds: -1\n")
-    result = subprocess.run([sys.executable, "-m", "authn_gateway", "check-config", str(bad)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(bad)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1
     assert f"{bad}: review_deadline_seconds: Input should be greater than 0" in result.stderr
 
@@ -124,8 +129,11 @@ def test_check_config_command_exits_non_zero_with_located_errors(tmp_path: Path)
 def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(MINIMAL)
-    result = subprocess.run([sys.executable, "-m", "authn_gateway", "check-config", str(good)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(good)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "demo (static)" in result.stdout
 
@@ -135,7 +143,10 @@ def test_serve_refuses_an_invalid_config(tmp_path: Path) -> None:
     bad.write_text("backends: nope\n")
     result = subprocess.run(
         [sys.executable, "-m", "authn_gateway", "serve", "--config", str(bad)],
-        capture_output=True, text=True, timeout=30)
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1
     assert f"{bad}: backends: " in result.stderr
 

@@ -32,8 +32,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.mark.parametrize("version", [V1, V1BETA1])
-def test_valid_token_is_authenticated_in_the_version_asked(gateway: GatewayProcess,
-                                                           version: str) -> None:
+def test_valid_token_is_authenticated_in_the_version_asked(
+    gateway: GatewayProcess, version: str
+) -> None:
     r = gateway.review("alice-token", api_version=version)
     assert r.status_code == 200
     doc = r.json()
@@ -47,8 +48,11 @@ def test_valid_token_is_authenticated_in_the_version_asked(gateway: GatewayProce
 def test_invalid_token_is_refused_without_error(gateway: GatewayProcess, version: str) -> None:
     r = gateway.review("mallory-token", api_version=version)
     assert r.status_code == 200
-    assert r.json() == {"apiVersion": version, "kind": "TokenReview",
-                        "status": {"authenticated": False}}
+    assert r.json() == {
+        "apiVersion": version,
+        "kind": "TokenReview",
+        "status": {"authenticated": False},
+    }
 
 
 def test_reply_never_contains_the_token(gateway: GatewayProcess) -> None:
@@ -63,9 +67,14 @@ def test_kube_apiserver_style_call_with_query_and_keepalive(gateway: GatewayProc
     assert all(a["status"]["user"]["username"] == "bob" for a in answers)
 
 
-def post_raw(gw: GatewayProcess, content: bytes, content_type: str | None = "application/json",
-             path: str = "/authenticate?timeout=30s", method: str = "POST",
-             headers: dict[str, str] | None = None) -> httpx.Response:
+def post_raw(
+    gw: GatewayProcess,
+    content: bytes,
+    content_type: str | None = "application/json",
+    path: str = "/authenticate?timeout=30s",
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
     hdrs = dict(headers or {})
     if content_type is not None:
         hdrs["Content-Type"] = content_type
@@ -76,17 +85,24 @@ def post_raw(gw: GatewayProcess, content: bytes, content_type: str | None = "app
     ("content", "message"),
     [
         (b"{", "body is not valid JSON"),
-        (b'{"apiVersion":"authentication.k8s.io/v1","kind":"Pod","spec":{"token":"x"}}',
-         "kind must be TokenReview"),
+        (
+            b'{"apiVersion":"authentication.k8s.io/v1","kind":"Pod","spec":{"token":"x"}}',
+            "kind must be TokenReview",
+        ),
         (b'{"apiVersion":"v1","kind":"TokenReview","spec":{"token":"x"}}', "apiVersion must be"),
-        (b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{}}',
-         "spec.token must be a string"),
-        (b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":7}}',
-         "spec.token must be a string"),
+        (
+            b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{}}',
+            "spec.token must be a string",
+        ),
+        (
+            b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":7}}',
+            "spec.token must be a string",
+        ),
     ],
 )
-def test_malformed_request_is_400_naming_the_problem(gateway: GatewayProcess, content: bytes,
-                                                     message: str) -> None:
+def test_malformed_request_is_400_naming_the_problem(
+    gateway: GatewayProcess, content: bytes, message: str
+) -> None:
     r = post_raw(gateway, content)
     assert r.status_code == 400
     assert message in r.json()["message"]
@@ -102,13 +118,17 @@ def test_wrong_content_type_is_400(gateway: GatewayProcess) -> None:
 
 def test_json_with_charset_is_accepted(gateway: GatewayProcess) -> None:
     body = b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"x"}}'
-    assert post_raw(gateway, body, content_type="application/json; charset=utf-8").status_code == 200
+    r = post_raw(gateway, body, content_type="application/json; charset=utf-8")
+    assert r.status_code == 200
 
 
 def test_oversized_body_is_413(gateway: GatewayProcess) -> None:
     token = "x" * (65 * 1024)
-    body = ('{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"'
-            + token + '"}}').encode()
+    body = (
+        '{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"'
+        + token
+        + '"}}'
+    ).encode()
     r = post_raw(gateway, body)
     assert r.status_code == 413
     assert token not in r.text
@@ -119,8 +139,12 @@ def test_oversized_chunked_body_is_413(gateway: GatewayProcess) -> None:
         for _ in range(80):
             yield b"x" * 1024
 
-    r = httpx.post(gateway.url + "/authenticate", content=chunks(),
-                   headers={"Content-Type": "application/json"}, timeout=5)
+    r = httpx.post(
+        gateway.url + "/authenticate",
+        content=chunks(),
+        headers={"Content-Type": "application/json"},
+        timeout=5,
+    )
     assert r.status_code == 413
 
 
@@ -156,8 +180,16 @@ def test_health_and_readiness(gateway: GatewayProcess) -> None:
 def test_metrics_count_reviews_by_answer_and_version(gateway: GatewayProcess) -> None:
     gateway.review("alice-token", api_version=V1BETA1)
     text = httpx.get(gateway.url + "/metrics").text
-    assert metric_value(text, "authn_gateway_reviews_total", answer="authenticated",
-                        api_version=V1BETA1, backend="static") >= 1
+    assert (
+        metric_value(
+            text,
+            "authn_gateway_reviews_total",
+            answer="authenticated",
+            api_version=V1BETA1,
+            backend="static",
+        )
+        >= 1
+    )
     assert metric_value(text, "authn_gateway_bad_requests_total", status="400") >= 1
     assert "authn_gateway_review_duration_seconds_bucket" in text
     assert "alice-token" not in text
@@ -178,8 +210,9 @@ def test_admin_endpoint_is_off_by_default(gateway: GatewayProcess) -> None:
     assert httpx.get(gateway.url + "/admin/breakers").status_code == 404
 
 
-def test_unreachable_idp_answers_200_with_error_naming_backend(fake_idp: FakeIdP,
-                                                               tmp_path: Path) -> None:
+def test_unreachable_idp_answers_200_with_error_naming_backend(
+    fake_idp: FakeIdP, tmp_path: Path
+) -> None:
     fake_idp.configure(refuse=True)
     gw = start_gateway({"backends": [userinfo_backend(fake_idp)]}, tmp_path)
     try:

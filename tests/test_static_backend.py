@@ -59,7 +59,7 @@ async def test_authenticates_and_rejects(tmp_path: Path) -> None:
 
 
 def test_unreadable_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(TokenFileError, match="absent.csv: cannot read"):
+    with pytest.raises(TokenFileError, match=r"absent\.csv: cannot read"):
         StaticBackend(settings(tmp_path / "absent.csv"))
 
 

@@ -69,8 +69,12 @@ def test_authenticated_reply_keeps_version_and_fills_user() -> None:
     assert doc["kind"] == "TokenReview"
     assert doc["status"] == {
         "authenticated": True,
-        "user": {"username": "alice", "uid": "42", "groups": ["devs"],
-                 "extra": {"scopes": ["a", "b"]}},
+        "user": {
+            "username": "alice",
+            "uid": "42",
+            "groups": ["devs"],
+            "extra": {"scopes": ["a", "b"]},
+        },
         "audiences": ["api"],
     }
     assert "spec" not in doc
