@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 # Real servers the tests start on loopback: Redis, OpenLDAP, Keystone (under uWSGI),
 # Prometheus (promtool too), and wrk for benchmarks.
-APT_PACKAGES=(redis-server slapd ldap-utils keystone uwsgi uwsgi-plugin-python3 prometheus
+APT_PACKAGES=(redis-server slapd ldap-utils openssl keystone uwsgi uwsgi-plugin-python3 prometheus
               wrk)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
