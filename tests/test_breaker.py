@@ -1,0 +1,126 @@
+"""The asyncio-correct breaker around pybreaker: counting, K probes, Retry-After, overrides."""
+
+from __future__ import annotations
+
+import time
+
+from authn_gateway.breaker import Breaker, LocalProbePermits, Override
+from backends.base import Authenticated, Rejected, Unavailable, UserInfo
+
+DOWN = Unavailable("down")
+OK = Authenticated(UserInfo("u"))
+
+
+def breaker(fail_max: int = 3, reset: float = 0.2, probes: int = 1) -> tuple[Breaker, list[str]]:
+    transitions: list[str] = []
+    b = Breaker(
+        "idp",
+        fail_max,
+        reset,
+        LocalProbePermits(probes),
+        on_transition=lambda name, old, new: transitions.append(f"{old}->{new}"),
+    )
+    return b, transitions
+
+
+def fail(b: Breaker, times: int) -> None:
+    for _ in range(times):
+        ticket = b.admit()
+        assert ticket is not None
+        b.record(ticket, DOWN)
+
+
+def test_opens_after_fail_max_consecutive_unavailable() -> None:
+    b, transitions = breaker(fail_max=3)
+    fail(b, 2)
+    assert b.state == "closed"
+    fail(b, 1)
+    assert b.state == "open"
+    assert b.admit() is None
+    assert transitions == ["closed->open"]
+
+
+def test_rejections_are_healthy_answers() -> None:
+    b, _ = breaker(fail_max=2)
+    for _ in range(10):
+        ticket = b.admit()
+        assert ticket is not None
+        b.record(ticket, Rejected("bad token"))
+    assert b.state == "closed"
+
+
+def test_a_success_resets_the_consecutive_count() -> None:
+    b, _ = breaker(fail_max=3)
+    fail(b, 2)
+    ticket = b.admit()
+    assert ticket is not None
+    b.record(ticket, OK)
+    fail(b, 2)
+    assert b.state == "closed"
+
+
+def test_half_open_admits_exactly_k_probes_concurrently() -> None:
+    b, _ = breaker(fail_max=1, reset=0.05, probes=2)
+    fail(b, 1)
+    time.sleep(0.06)
+    tickets = [b.admit() for _ in range(10)]
+    probes = [t for t in tickets if t is not None]
+    assert len(probes) == 2
+    assert b.state == "half-open"
+
+
+def test_successful_probe_closes_failed_probe_reopens() -> None:
+    b, transitions = breaker(fail_max=1, reset=0.05)
+    fail(b, 1)
+    time.sleep(0.06)
+    probe = b.admit()
+    assert probe is not None
+    b.record(probe, DOWN)
+    assert b.state == "open"
+    assert b.admit() is None
+    time.sleep(0.06)
+    probe = b.admit()
+    assert probe is not None
+    b.record(probe, OK)
+    assert b.state == "closed"
+    assert transitions == [
+        "closed->open",
+        "open->half-open",
+        "half-open->open",
+        "open->half-open",
+        "half-open->closed",
+    ]
+
+
+def test_unused_ticket_returns_its_probe_permit() -> None:
+    b, _ = breaker(fail_max=1, reset=0.05)
+    fail(b, 1)
+    time.sleep(0.06)
+    probe = b.admit()
+    assert probe is not None
+    assert b.admit() is None
+    b.release(probe)
+    assert b.admit() is not None
+
+
+def test_hold_open_stays_open_for_the_time_asked() -> None:
+    b, _ = breaker(reset=0.05)
+    b.hold_open(0.3)
+    assert b.state == "open"
+    time.sleep(0.1)
+    assert b.admit() is None  # reset_timeout alone would have let a probe through
+    time.sleep(0.25)
+    assert b.admit() is not None
+
+
+def test_operator_overrides() -> None:
+    b, transitions = breaker()
+    b.force(Override.FORCED_OPEN)
+    assert b.state == "forced_open"
+    assert b.admit() is None
+    b.force(Override.FORCED_CLOSED)
+    fail(b, 10)  # disabled: failures do not open it
+    assert b.admit() is not None
+    b.force(Override.NONE)
+    assert b.state == "closed"
+    assert transitions[-1] == "forced_closed->closed"
