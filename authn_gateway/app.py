@@ -21,7 +21,9 @@ from starlette.routing import Route
 
 from backends.base import Authenticated, Unavailable
 
+from .audit import AuditLog
 from .breaker import Override
+from .callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
 from .gateway import Gateway
 from .pipeline import GATEWAY, Verdict
 from .reviewlog import ReviewLog
@@ -80,7 +82,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 def caller_identity(scope: Scope) -> str:
     """Who is calling: the TLS client identity when there is one, else the source address."""
-    identity = scope.get("authn_gateway.caller")
+    identity = scope.get(CALLER_KEY)
     if identity:
         return str(identity)
     client = scope.get("client")
@@ -96,8 +98,24 @@ class ReviewEndpoint:
         self.metrics = gateway.metrics
         self.max_body = gateway.config.server.max_body_bytes
         self.review_log = review_log
+        self.callers = CallerAuth(gateway.config.server)
+        audit_to = gateway.config.server.audit_log
+        self.audit_log = AuditLog(audit_to) if audit_to else None
+        # Reviews running now; a config reload closes the old gateway once this is 0.
+        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.callers.required:
+            # Before anything else: an unknown caller learns nothing and costs nothing.
+            caller = self.callers.identify(
+                scope.get(CERT_NAMES_KEY, ()), _header(scope, b"authorization")
+            )
+            if caller is None:
+                await self._refuse(
+                    send, 401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
+                )
+                return
+            scope[CALLER_KEY] = caller
         if scope["method"] != "POST":
             await self._refuse(send, 405, "method must be POST", [(b"allow", b"POST")])
             return
@@ -164,6 +182,21 @@ class ReviewEndpoint:
                 reason=None if isinstance(outcome, Authenticated) else outcome.reason,
                 caller=caller,
             )
+        if self.audit_log is not None:
+            self.audit_log.write(
+                caller=caller,
+                backend=verdict.backend,
+                answer=answer,
+                outcome=outcome,
+                token_id=self.gateway.hasher.token_id(review.token),
+                stale=verdict.stale,
+            )
+
+    def close_logs(self) -> None:
+        if self.review_log is not None:
+            self.review_log.flush()
+        if self.audit_log is not None:
+            self.audit_log.close()
 
     async def _refuse(
         self, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
@@ -243,6 +276,9 @@ class GatewayApp:
     """The ASGI application: review path first, then everything else, and the lifespan."""
 
     def __init__(self, gateway: Gateway) -> None:
+        self._install(gateway)
+
+    def _install(self, gateway: Gateway) -> None:
         self.gateway = gateway
         log_reviews = gateway.config.logging.reviews
         self.review_log = ReviewLog(gateway.config.logging.format) if log_reviews else None
@@ -250,9 +286,21 @@ class GatewayApp:
         self.review = ReviewEndpoint(gateway, self.review_log)
         self.ops = ops_app(gateway)
 
+    def swap(self, gateway: Gateway) -> ReviewEndpoint:
+        """Serve new requests with ``gateway`` (already started). Returns the old review
+        endpoint: its reviews may still be running, see ``in_flight``."""
+        old = self.review
+        self._install(gateway)
+        return old
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == self.review_path:
-            await self.review(scope, receive, send)
+            review = self.review
+            review.in_flight += 1
+            try:
+                await review(scope, receive, send)
+            finally:
+                review.in_flight -= 1
             return
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
@@ -272,7 +320,6 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.gateway.close()
-                if self.review_log is not None:
-                    self.review_log.flush()
+                self.review.close_logs()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

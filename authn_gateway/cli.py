@@ -90,8 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(config.logging.level, config.logging.format)
     from .server import serve
 
-    serve(config)
-    return 0
+    return serve(config, args.config)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -1,31 +1,446 @@
-"""Running the ASGI app under uvicorn."""
+"""Running the gateway: listeners, TLS, SIGHUP reloads, graceful shutdown, workers.
+
+One process runs one uvicorn server for the review port and, when ``server.ops`` is
+set, a second one for health and metrics, both in the same event loop. uvicorn owns
+SIGTERM/SIGINT (graceful drain); the gateway owns SIGHUP (config reload). With
+``server.workers > 1`` a small supervisor starts that many such processes sharing
+the review port through SO_REUSEPORT (see docs/decisions.md).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import uvicorn
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .app import GatewayApp
-from .config import GatewayConfig
+from .app import GatewayApp, Receive, ReviewEndpoint, Scope, Send
+from .callerauth import CALLER_KEY, CERT_NAMES_KEY
+from .config import ConfigError, GatewayConfig, load_config
 from .gateway import Gateway
+from .logsetup import configure_logging
+from .tls import ServerTLS, TLSError, certificate_names
+from .tokenreview import render_bad_request
+
+log = logging.getLogger(__name__)
+
+# A read from the socket may hold the tail of one request and the head of the next,
+# so the raw-byte guard on unfinished heads allows one read's worth of slack.
+HEAD_GUARD_SLACK = 64 * 1024
+
+# These shape listeners and sockets; a reload keeps the running values.
+RESTART_ONLY = (
+    "host",
+    "port",
+    "tls",
+    "ops",
+    "workers",
+    "max_header_bytes",
+    "max_headers",
+    "graceful_shutdown_seconds",
+)
 
 
-def serve(config: GatewayConfig) -> None:
-    app = GatewayApp(Gateway(config))
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.server.host,
-            port=config.server.port,
-            lifespan="on",
-            # uvicorn's access log alone halves throughput; the review log replaces it.
-            access_log=False,
-            log_config=None,
-            http="httptools",
-            loop="uvloop",
-            timeout_graceful_shutdown=int(config.server.graceful_shutdown_seconds),
-            # kube-apiserver keeps one connection open for all its calls.
-            timeout_keep_alive=75,
-            server_header=False,
+class HeadTooLarge(Exception):
+    pass
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
+    """uvicorn's httptools protocol, plus what the ASGI scope lacks: the verified client
+    certificate's names, and limits on the request head."""
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._cert_names: tuple[str, ...] = ()
+        self._max_head = int(getattr(config, "max_header_bytes", 16 * 1024))
+        self._max_headers = int(getattr(config, "max_headers", 64))
+        self._head_bytes = 0
+        self._head_count = 0
+        self._raw_head_bytes = 0
+        self._in_head = True
+        self._too_large = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # The handshake is complete here; the certificate was verified against the client CA.
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self._cert_names = certificate_names(ssl_object.getpeercert())
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = self._head_count = self._raw_head_bytes = 0
+        self._in_head = True
+        if self._cert_names:
+            self.scope[CERT_NAMES_KEY] = self._cert_names  # type: ignore[literal-required]
+            self.scope[CALLER_KEY] = self._cert_names[0]  # type: ignore[literal-required]
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4, 1)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+    def _count(self, size: int, headers: int) -> None:
+        self._head_bytes += size
+        self._head_count += headers
+        if self._head_bytes > self._max_head or self._head_count > self._max_headers:
+            self._too_large = True
+            # httptools turns this into a parser error; uvicorn then calls send_400_response.
+            raise HeadTooLarge
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # httptools buffers a header until it is complete, so one endless header line
+        # never reaches on_header: bound the raw bytes of an unfinished head too.
+        if self._in_head and not self._too_large and not self.transport.is_closing():
+            self._raw_head_bytes += len(data)
+            if self._raw_head_bytes > self._max_head + HEAD_GUARD_SLACK:
+                self._too_large = True
+                self.send_400_response("")
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._too_large:
+            super().send_400_response(msg)
+            return
+        body = render_bad_request(
+            f"request head larger than {self._max_head} bytes or {self._max_headers} headers"
         )
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + body
+        )
+        self.transport.close()
+
+
+class _UvicornConfig(uvicorn.Config):  # type: ignore[misc]
+    """Carries our SSLContext (reloaded in place) and head limits to uvicorn."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        ssl_context: Any = None,
+        max_header_bytes: int = 16 * 1024,
+        max_headers: int = 64,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self.gateway_ssl = ssl_context
+        self.max_header_bytes = max_header_bytes
+        self.max_headers = max_headers
+
+    def load(self) -> None:
+        super().load()
+        self.ssl = self.gateway_ssl
+
+
+class _OpsServer(uvicorn.Server):  # type: ignore[misc]
+    """The ops listener: the review server owns the signals and stops this one."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ReviewOnly:
+    """The review port when an ops port exists: only the review path (and lifespan)."""
+
+    def __init__(self, app: GatewayApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != self.app.review_path:
+            body = render_bad_request("not found")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 404,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+class OpsOnly:
+    """The ops port: health, metrics and admin of whichever gateway is current."""
+
+    def __init__(self, app: GatewayApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app.ops(scope, receive, send)
+
+
+class Reloader:
+    """SIGHUP: load the file again; if it is valid, start a new gateway, swap it in, and
+    close the old one once its in-flight reviews are done. If not, keep serving."""
+
+    def __init__(self, app: GatewayApp, source: Path | None, running: GatewayConfig) -> None:
+        self.app = app
+        self.source = source
+        self.running = running
+        self._lock = asyncio.Lock()
+        self.tasks: set[asyncio.Task[bool]] = set()
+
+    def trigger(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _keep_listeners(self, new: GatewayConfig) -> GatewayConfig:
+        running = self.running.server
+        changed = [f for f in RESTART_ONLY if getattr(new.server, f) != getattr(running, f)]
+        if changed:
+            log.warning(
+                "config reload: server.%s changed; that takes effect on restart only",
+                ", server.".join(changed),
+            )
+        kept = new.server.model_copy(update={f: getattr(running, f) for f in RESTART_ONLY})
+        return new.model_copy(update={"server": kept})
+
+    async def reload(self) -> bool:
+        where = str(self.source) if self.source else "<embedded default>"
+        async with self._lock:
+            try:
+                new = self._keep_listeners(load_config(self.source))
+            except ConfigError as exc:
+                problems = "; ".join(str(exc).splitlines())
+                log.error("config reload refused, still serving the previous config: %s", problems)
+                return False
+            gateway: Gateway | None = None
+            try:
+                gateway = Gateway(new)
+                await gateway.start()
+            except Exception as exc:
+                log.error(
+                    "config reload refused, still serving the previous config: %s: %s",
+                    where,
+                    exc,
+                )
+                if gateway is not None:
+                    await gateway.close()
+                return False
+            old = self.app.swap(gateway)
+            self.running = new
+            configure_logging(new.logging.level, new.logging.format)
+            log.info("config reloaded from %s", where)
+        await self._retire(old, new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
+        return True
+
+    async def _retire(self, old: ReviewEndpoint, patience: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        while old.in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        await old.gateway.close()
+        old.close_logs()
+
+
+def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        # Each worker binds the same port; the kernel spreads connections over them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    where = f"{host or '0.0.0.0'}:{port}"  # noqa: S104 - empty host means all addresses
+    try:
+        sock.bind((host or "0.0.0.0", port))  # noqa: S104
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_config(app: Any, config: GatewayConfig, tls: ServerTLS | None) -> _UvicornConfig:
+    s = config.server
+    return _UvicornConfig(
+        app,
+        ssl_context=tls.context if tls else None,
+        max_header_bytes=s.max_header_bytes,
+        max_headers=s.max_headers,
+        lifespan="on",
+        # uvicorn's access log alone halves throughput; the review log replaces it.
+        access_log=False,
+        log_config=None,
+        http=GatewayHttpProtocol,
+        # Callers are identified by certificate, token or socket address, never by a header.
+        proxy_headers=False,
+        timeout_graceful_shutdown=int(s.graceful_shutdown_seconds),
+        # kube-apiserver keeps one connection open for all its calls.
+        timeout_keep_alive=75,
+        server_header=False,
+        ws="none",
     )
-    server.run()
+
+
+def _ops_config(app: GatewayApp) -> _UvicornConfig:
+    return _UvicornConfig(
+        OpsOnly(app),
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        http=GatewayHttpProtocol,
+        proxy_headers=False,
+        server_header=False,
+        ws="none",
+    )
+
+
+def _warn_if_open(config: GatewayConfig) -> None:
+    s = config.server
+    if not s.callers_must_authenticate and s.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning(
+            "no caller authentication (server.tls.client_ca_file or server.caller_tokens): "
+            "anyone who reaches %s:%d can use this gateway as a token oracle",
+            s.host or "0.0.0.0",  # noqa: S104
+            s.port,
+        )
+    if s.caller_tokens and s.tls is None:
+        log.warning("server.caller_tokens over plain HTTP: the tokens cross the network in clear")
+
+
+async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0) -> None:
+    """Serve until SIGTERM/SIGINT; reload on SIGHUP."""
+    s = config.server
+    tls = ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens)) if s.tls else None
+    app = GatewayApp(Gateway(config))
+    review_sock = _bind(s.host, s.port, reuse_port=s.workers > 1)
+    review_server = uvicorn.Server(_uvicorn_config(ReviewOnly(app) if s.ops else app, config, tls))
+    ops_server: _OpsServer | None = None
+    ops_task: asyncio.Task[None] | None = None
+    if s.ops is not None:
+        ops_port = s.ops.port + worker if s.ops.port else 0
+        ops_sock = _bind(s.ops.host or s.host, ops_port, reuse_port=False)
+        ops_server = _OpsServer(_ops_config(app))
+        ops_task = asyncio.create_task(ops_server.serve(sockets=[ops_sock]))
+        log.info("ops listener (health, metrics) on %s:%d", *ops_sock.getsockname()[:2])
+    scheme = "https" if tls else "http"
+    log.info("listening on %s://%s:%d", scheme, *review_sock.getsockname()[:2])
+    _warn_if_open(config)
+
+    loop = asyncio.get_running_loop()
+    reloader = Reloader(app, source, config)
+    loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
+    watcher = asyncio.create_task(tls.watch()) if tls else None
+    try:
+        await review_server.serve(sockets=[review_sock])
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+        if watcher is not None:
+            watcher.cancel()
+        if reloader.tasks:
+            await asyncio.wait(reloader.tasks, timeout=s.graceful_shutdown_seconds)
+        if ops_server is not None and ops_task is not None:
+            ops_server.should_exit = True
+            await ops_task
+
+
+def _run_process(config: GatewayConfig, source: Path | None, worker: int) -> int:
+    # uvicorn re-raises the SIGTERM it drained for under the handler it found; a no-op
+    # one lets the ops listener and reloads finish too, and the process exit with 0.
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(run(config, source, worker))
+    except (TLSError, OSError) as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _worker_main(config: GatewayConfig, source: Path | None, worker: int) -> None:
+    configure_logging(config.logging.level, config.logging.format)
+    sys.exit(_run_process(config, source, worker))
+
+
+def _supervise(config: GatewayConfig, source: Path | None) -> int:
+    """Start ``server.workers`` processes; forward SIGHUP and SIGTERM; restart a worker
+    that dies, unless it dies right after starting (then stop: it would only loop)."""
+    context = multiprocessing.get_context("spawn")
+    stopping = False
+
+    def start(i: int) -> tuple[Any, float]:
+        proc = context.Process(
+            target=_worker_main, args=(config, source, i), name=f"authn-gateway-worker-{i}"
+        )
+        proc.start()
+        return proc, time.monotonic()
+
+    workers = {i: start(i) for i in range(config.server.workers)}
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    def on_hup(signum: int, _frame: Any) -> None:
+        for proc, _ in workers.values():
+            if proc.pid is not None and proc.is_alive():
+                os.kill(proc.pid, signal.SIGHUP)
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_hup)
+    log.info("supervising %d workers", len(workers))
+    failed = False
+    while not stopping:
+        time.sleep(0.2)
+        for i, (proc, started) in list(workers.items()):
+            if proc.is_alive() or stopping:
+                continue
+            if time.monotonic() - started < 5:
+                log.error(
+                    "worker %d exited with %s right after starting; stopping", i, proc.exitcode
+                )
+                stopping = failed = True
+                break
+            log.error("worker %d exited with %s; starting a new one", i, proc.exitcode)
+            workers[i] = start(i)
+
+    for proc, _ in workers.values():
+        if proc.pid is not None and proc.is_alive():
+            os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + config.server.graceful_shutdown_seconds + 5
+    for proc, _ in workers.values():
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return 1 if failed else 0
+
+
+def serve(config: GatewayConfig, source: Path | None = None) -> int:
+    """Run the gateway in the foreground; ``source`` is re-read on SIGHUP."""
+    if config.server.workers > 1:
+        return _supervise(config, source)
+    return _run_process(config, source, 0)

@@ -1,0 +1,55 @@
+"""Optional audit log: one JSON line per decision, to a file or stdout.
+
+It answers "who asked about which token, and what were they told" after the fact:
+time, caller, backend, outcome, username, groups, the keyed-hash prefix of the
+token (never the token) and whether a stale identity was served. Lines are written
+in batches by the event loop, like the review log.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from backends.base import Authenticated, Outcome
+
+from .reviewlog import ReviewLog
+
+
+class AuditLog:
+    def __init__(self, destination: str) -> None:
+        self.destination = destination
+        self._file: IO[str] | None = None
+        if destination == "-":
+            stream: IO[str] = sys.stdout
+        else:
+            # Line-buffering is not needed: ReviewLog flushes each batch.
+            self._file = stream = open(destination, "a", encoding="utf-8")  # noqa: SIM115
+        self._log = ReviewLog("json", stream)
+
+    def write(
+        self,
+        *,
+        caller: str,
+        backend: str,
+        answer: str,
+        outcome: Outcome,
+        token_id: str,
+        stale: bool,
+    ) -> None:
+        user = outcome.user if isinstance(outcome, Authenticated) else None
+        self._log.write(
+            msg="audit",
+            caller=caller,
+            backend=backend,
+            outcome=answer,
+            username=user.username if user else None,
+            groups=list(user.groups) if user else None,
+            token=token_id,
+            stale=stale,
+        )
+
+    def close(self) -> None:
+        self._log.flush()
+        if self._file is not None:
+            self._file.close()
