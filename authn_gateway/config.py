@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from backends.gitlab import GitLabSettings
 from backends.keystone import KeystoneSettings
 from backends.ldap import LDAPSettings
 from backends.static import StaticSettings
@@ -23,10 +24,10 @@ from backends.userinfo import UserinfoSettings
 from .settings import CacheSettings, PositiveFloat, Rate, Secret, Strict
 
 BackendConfig = Annotated[
-    StaticSettings | UserinfoSettings | KeystoneSettings | LDAPSettings,
+    StaticSettings | UserinfoSettings | KeystoneSettings | LDAPSettings | GitLabSettings,
     Field(discriminator="type"),
 ]
-BACKEND_TYPES = ("static", "userinfo", "keystone", "ldap")
+BACKEND_TYPES = ("static", "userinfo", "keystone", "ldap", "gitlab")
 
 EMBEDDED_DEFAULT = "default.yaml"
 
