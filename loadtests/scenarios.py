@@ -1,0 +1,136 @@
+"""The rehearsed scenarios: which IdP, how many replicas, the load, and the fault schedule.
+
+A scenario's faults happen at fractions of the run's duration, so ``--duration``
+stretches or shrinks the whole script. Each scenario runs twice: with the gateway's
+protections, and in pass-through mode (:func:`passthrough`), under the same load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float  # fraction of the duration
+    label: str
+    # POSTed to the fake's /_fake/faults; {"reset": True} resets it.
+    faults: dict[str, Any] | None = None
+    # "stop_redis" / "start_redis"
+    action: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    idp: str = "idp"  # idp | keystone | gitlab
+    replicas: int = 1
+    redis: bool = False
+    warm: bool = True  # review every hot token once before the clock starts
+    users: int = 40
+    rate: float = 10.0  # reviews/s per user
+    mix: str = "hot=0.85,cold=0.05,invalid=0.05,sa=0.05"
+    hot: int = 200
+    steps: tuple[Step, ...] = ()
+    reauth: bool = False  # clients refused re-login at Keystone and retry (the incident)
+    # Changes to every backend's settings in protected mode (breaker, bucket, ...).
+    backend: dict[str, Any] = field(default_factory=dict)
+    # Fleet check: a cold token sent to every replica at once.
+    cold_probe: bool = False
+
+
+_BREAKER = {"breaker": {"fail_max": 5, "reset_timeout_seconds": 5.0, "half_open_probes": 1}}
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("steady", "hot cache, no faults", backend=_BREAKER),
+        Scenario(
+            "cold-start",
+            "a fresh gateway meets a large hot set",
+            warm=False,
+            hot=3000,
+            mix="hot=0.9,cold=0.02,invalid=0.04,sa=0.04",
+            backend=_BREAKER,
+        ),
+        Scenario(
+            "idp-outage",
+            "the IdP answers 500 to everything from 30 % to 70 % of the run",
+            steps=(
+                Step(0.3, "IdP down (500)", {"status": 500}),
+                Step(0.7, "IdP back", {"reset": True}),
+            ),
+            backend=_BREAKER,
+        ),
+        Scenario(
+            "incident",
+            "Keystone: 401 to the service token, then timeouts, then recovery; "
+            "refused clients log in again and retry",
+            idp="keystone",
+            reauth=True,
+            mix="hot=0.9,cold=0.01,invalid=0.04,sa=0.05",
+            steps=(
+                Step(0.25, "401 to service token", {"reject_service_tokens": True}),
+                Step(0.5, "timeouts", {"reject_service_tokens": False, "hang": True}),
+                Step(0.75, "recovery", {"reset": True}),
+            ),
+            backend=_BREAKER,
+        ),
+        Scenario(
+            "idp-slow",
+            "the IdP takes 1.5 s per answer from 25 % to 75 % of the run",
+            steps=(
+                Step(0.25, "IdP slow (1.5 s)", {"latency": 1.5}),
+                Step(0.75, "IdP fast", {"reset": True}),
+            ),
+            backend=_BREAKER,
+        ),
+        Scenario(
+            "rate-limited",
+            "the IdP answers 429 with Retry-After: 5 from 30 % to 70 % of the run",
+            idp="gitlab",
+            steps=(
+                Step(0.3, "429 + Retry-After", {"status": 429, "retry_after": 5}),
+                Step(0.7, "limit lifted", {"reset": True}),
+            ),
+            backend=_BREAKER,
+        ),
+        Scenario(
+            "redis-down",
+            "three replicas sharing Redis; Redis stopped at 30 %, started at 70 %",
+            replicas=3,
+            redis=True,
+            steps=(
+                Step(0.3, "Redis stopped", action="stop_redis"),
+                Step(0.7, "Redis started", action="start_redis"),
+            ),
+            backend=_BREAKER,
+        ),
+        Scenario(
+            "fleet",
+            "three replicas sharing Redis; fleet-wide IdP call rate, cold token to all",
+            replicas=3,
+            redis=True,
+            warm=False,
+            hot=1000,
+            cold_probe=True,
+            backend=_BREAKER,
+        ),
+    )
+}
+
+
+def passthrough(backend: dict[str, Any]) -> dict[str, Any]:
+    """Protections off, from existing knobs: every review is forwarded to the IdP.
+
+    What stays on: coalescing of *concurrent* reviews of one token (no switch for it),
+    and a breaker hold after a 429 with Retry-After. Both only lower the pass-through
+    count, so the protection factor is, if anything, understated.
+    """
+    out = dict(backend)
+    out["cache"] = {"positive_ttl_seconds": 0, "negative_ttl_seconds": 0, "max_stale_seconds": 0}
+    out["breaker"] = {"fail_max": 1_000_000_000, "reset_timeout_seconds": 0.001}
+    out["bucket"] = {"rate": 1_000_000.0, "burst": 1_000_000}
+    return out
