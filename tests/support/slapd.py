@@ -48,6 +48,7 @@ class DirectoryUser:
     mail: str
     groups: tuple[str, ...] = ()
     posix_groups: tuple[str, ...] = ()
+    cn: str = ""
 
     @property
     def dn(self) -> str:
@@ -67,6 +68,9 @@ USERS = {
                       groups=("viewers",)),
         # A uid with a filter metacharacter: "star*" must match her, "*" nobody.
         DirectoryUser("star*", "star-pw", "star*", 10005, "star@example.org"),
+        # Two entries with one cn: a filter on cn matches both, so neither may log in.
+        DirectoryUser("twin-a", "twin-a-pw", "twin-a", 10006, "twin-a@example.org", cn="twin"),
+        DirectoryUser("twin-b", "twin-b-pw", "twin-b", 10007, "twin-b@example.org", cn="twin"),
     )
 }  # fmt: skip
 
@@ -174,7 +178,7 @@ def seed_ldif() -> str:
     for u in USERS.values():
         parts.append(
             f"dn: {u.dn}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n"
-            f"uid: {u.uid}\ncn: {u.uid}\nsn: {u.uid}\nmail: {u.mail}\n"
+            f"uid: {u.uid}\ncn: {u.cn or u.uid}\nsn: {u.uid}\nmail: {u.mail}\n"
             f"uidNumber: {u.uid_number}\ngidNumber: 10000\nhomeDirectory: /home/{u.uid_number}\n"
             f"userPassword: {u.password}\n"
         )
