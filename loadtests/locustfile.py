@@ -217,10 +217,22 @@ def keystone_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
     return Tokens(lambda name, n: mint_token(name, nonce=n), invalid, mix, hot, cold)
 
 
-def gitlab_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
-    from loadtests.fakes import gitlab  # written alongside; see README
+#: Users in the fake GitLab's synthetic seed (``--synthetic-users``); tokens outside it
+#: are unknown to GitLab.
+GITLAB_USERS = 20_000
 
-    return Tokens(gitlab.valid_token, gitlab.invalid_token, mix, hot, cold)
+
+def gitlab_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
+    """Personal access tokens of the fake GitLab's synthetic users (see its synthetic_seed)."""
+
+    def valid(name: str, n: int) -> str:
+        if name.startswith("hot"):
+            i = int(name[3:]) % GITLAB_USERS
+        else:
+            i = hot + n % max(1, GITLAB_USERS - hot)
+        return f"glpat-load-{i + 1:08d}-fake"
+
+    return Tokens(valid, lambda i: f"glpat-gone-{i:08d}-fake", mix, hot, cold)
 
 
 TOKEN_KINDS = {"idp": idp_tokens, "keystone": keystone_tokens, "gitlab": gitlab_tokens}
@@ -314,10 +326,12 @@ def _pct(sorted_values: list[float], q: float) -> float | None:
 
 
 # ---------------------------------------------------------------------------------
-# The locust user (imported only under locust: it monkey-patches with gevent)
+# The locust user. Defined only when locust loads this file (as module "locustfile"):
+# importing locust monkey-patches the process with gevent, which the runner and the
+# tests that import the logic above must not get.
 # ---------------------------------------------------------------------------------
 
-if os.environ.get("LOADTEST_NO_LOCUST") != "1":
+if __name__ == "locustfile":
     import gevent
     from locust import constant_throughput, events, task
     from locust.contrib.fasthttp import FastHttpSession, FastHttpUser

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
-from loadtests.scenarios import SCENARIOS, Scenario, Step, passthrough
+from loadtests.locustfile import GITLAB_USERS, TOKEN_KINDS
+from loadtests.scenarios import SCENARIOS, Scenario, Step
 from tests.support.procs import (
     GatewayProcess,
     free_port,
@@ -58,9 +60,6 @@ class Fake:
     control: int
 
     def faults(self, changes: dict[str, Any]) -> None:
-        if changes.get("reset"):
-            httpx.post(f"http://127.0.0.1:{self.control}/_fake/reset", timeout=5)
-            return
         httpx.post(f"http://127.0.0.1:{self.control}/_fake/faults", json=changes, timeout=5)
 
     def stats(self) -> dict[str, Any]:
@@ -69,22 +68,17 @@ class Fake:
 
 @contextmanager
 def fake_server(kind: str, workdir: Path) -> Iterator[Fake]:
-    module = {"idp": "idp", "keystone": "keystone", "gitlab": "gitlab"}[kind]
-    port, control = free_port(), free_port()
+    port = free_port()
+    cmd = [sys.executable, "-m", f"loadtests.fakes.{kind}", "--port", str(port)]
+    if kind == "gitlab":
+        # Its control paths (/_fake/...) share the API port.
+        control = port
+        cmd += ["--synthetic-users", str(GITLAB_USERS), "--groups-per-user", "1"]
+    else:
+        control = free_port()
+        cmd += ["--control-port", str(control)]
     log = (workdir / f"fake-{kind}.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            f"loadtests.fakes.{module}",
-            "--port",
-            str(port),
-            "--control-port",
-            str(control),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port, proc=proc)
         wait_for_port(control, proc=proc)
@@ -153,28 +147,47 @@ def backend_config(kind: str, fake: Fake) -> dict[str, Any]:
                 "system_scope": "all",
             },
         }
-    from loadtests.fakes import gitlab
-
-    return dict(gitlab.backend_config(base))
+    return {"name": "gitlab", "type": "gitlab", "base_url": base}
 
 
 def gateway_config(
     scenario: Scenario, fake: Fake, protected: bool, redis: Redis | None
 ) -> dict[str, Any]:
-    backend = {**backend_config(scenario.idp, fake), **scenario.backend}
+    backend = backend_config(scenario.idp, fake)
     config: dict[str, Any] = {"logging": {"level": "warning"}}
     if protected:
+        backend.update(scenario.backend)
         if redis is not None:
             config["redis"] = {"url": redis.url}
             config["secret"] = SECRET
-    else:
-        backend = {**backend, **passthrough(backend)}
-        if scenario.idp == "keystone":
-            backend["groups"] = {"cache_ttl_seconds": 0.001, "max_stale_seconds": 0}
-        config["reject_service_account_tokens"] = False
-        config["inbound_limit"] = {"enabled": False}
+    # The backends' own group caches are protections too: off without the gateway.
+    elif scenario.idp == "keystone":
+        backend["groups"] = {"cache_ttl_seconds": 0.001, "max_stale_seconds": 0}
+    elif scenario.idp == "gitlab":
+        backend["groups"] = {"cache_ttl_seconds": 0}
     config["backends"] = [backend]
     return config
+
+
+def start_passthrough(config: dict[str, Any], workdir: Path, name: str) -> GatewayProcess:
+    """Run :mod:`loadtests.passthrough` on a free port, like start_gateway does the gateway."""
+    port = free_port()
+    config = {**config, "server": {"host": "127.0.0.1", "port": port}}
+    path = workdir / f"{name}-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log_path = workdir / f"{name}-{port}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadtests.passthrough", "--config", str(path)],
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    server = GatewayProcess(proc, port, path, log_path)
+    try:
+        wait_for_port(port, proc=proc)
+    except Exception:
+        server.stop()
+        raise RuntimeError(f"pass-through did not start:\n{server.logs()}") from None
+    return server
 
 
 # ---- sampling ------------------------------------------------------------------------
@@ -280,9 +293,6 @@ class Result:
 
 def warm_up(gateways: list[GatewayProcess], scenario: Scenario) -> None:
     """Review every hot token once, as a gateway that has been running for a while has."""
-    os.environ["LOADTEST_NO_LOCUST"] = "1"
-    from loadtests.locustfile import TOKEN_KINDS
-
     tokens = TOKEN_KINDS[scenario.idp]({"hot": 1.0}, scenario.hot, 1)
     with httpx.Client(timeout=10) as client:
         for i, token in enumerate(tokens.hot_tokens()):
@@ -308,7 +318,6 @@ def run_locust(
         "LOADTEST_RATE": str(scenario.rate),
         "LOADTEST_TIMELINE": str(timeline),
     }
-    env.pop("LOADTEST_NO_LOCUST", None)
     if scenario.reauth:
         env["LOADTEST_REAUTH_URL"] = f"http://127.0.0.1:{fake.port}"
     cmd = [
@@ -335,7 +344,12 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
         gateways = []
         for i in range(scenario.replicas):
             cfg = gateway_config(scenario, fake, protected, redis)
-            gw = start_gateway(cfg, workdir, name=f"{tag}-{i}")
+            name = f"{tag}-{i}"
+            gw = (
+                start_gateway(cfg, workdir, name=name)
+                if protected
+                else start_passthrough(cfg, workdir, name)
+            )
             stack.callback(gw.stop)
             gateways.append(gw)
         if scenario.warm:
@@ -387,9 +401,6 @@ def play(
 
 def cold_probe(gateways: list[GatewayProcess], fake: Fake, scenario: Scenario) -> int:
     """One never-seen token sent to every replica at the same moment (10 each)."""
-    os.environ["LOADTEST_NO_LOCUST"] = "1"
-    from loadtests.locustfile import TOKEN_KINDS
-
     token = TOKEN_KINDS[scenario.idp]({"hot": 1.0}, 1, 1).valid("fleet-probe-user", 424242)
     time.sleep(1.0)
     before = int(fake.stats()["calls"])
@@ -479,6 +490,13 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
     if scenario.reauth:
         add("client re-logins", [t["reauths"] for t in totals])
     add("IdP calls", [r.idp_calls for r in results])
+    add(
+        "IdP calls per 1000 reviews",
+        [
+            f"{1000 * r.idp_calls / max(1, t['reviews']):.1f}"
+            for r, t in zip(results, totals, strict=True)
+        ],
+    )
     add("IdP calls/s (mean)", [f"{r.idp_calls / r.duration:.1f}" for r in results])
     add(
         "IdP calls/s (peak 0.5 s)",
@@ -498,11 +516,18 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def protection_factor(results: list[Result]) -> float | None:
+def protection_factor(results: list[Result], per_review: bool = False) -> float | None:
+    """IdP calls without the gateway / with it. ``per_review`` divides each by the reviews
+    answered, for runs where the pass-through could not keep up with the offered load."""
     by = {r.mode: r for r in results}
     if "gateway" not in by or "pass-through" not in by:
         return None
-    return by["pass-through"].idp_calls / max(1, by["gateway"].idp_calls)
+    pt, gw = by["pass-through"], by["gateway"]
+    if not per_review:
+        return pt.idp_calls / max(1, gw.idp_calls)
+    pt_rate = pt.idp_calls / max(1, pt.totals()["reviews"])
+    gw_rate = gw.idp_calls / max(1, gw.totals()["reviews"])
+    return pt_rate / gw_rate if gw_rate else None
 
 
 def print_table(rows: list[tuple[str, ...]]) -> str:
@@ -571,7 +596,7 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
     gw = next((r for r in results if r.mode == "gateway"), results[0])
     for ax in axes:
         ax.grid(alpha=0.3)
-        for at, label in gw.marks:
+        for at, _label in gw.marks:
             ax.axvline(at, color="grey", ls="--", lw=0.8)
     for at, label in gw.marks:
         axes[0].annotate(
@@ -584,9 +609,13 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
             ha="left",
         )
     factor = protection_factor(results)
+    per_review = protection_factor(results, per_review=True)
     title = f"{scenario.name}: {scenario.summary}"
-    if factor is not None:
-        title += f"\nprotection factor {factor:.0f}x (IdP calls pass-through / gateway)"
+    if factor is not None and per_review is not None:
+        title += (
+            f"\nprotection factor {factor:.0f}x (IdP calls pass-through / gateway), "
+            f"{per_review:.0f}x per review answered"
+        )
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
@@ -604,16 +633,18 @@ def run_scenario(
     for mode in modes:
         print(f"== {scenario.name}: {mode}, {duration:.0f} s", flush=True)
         res = run_once(scenario, mode == "gateway", duration, workdir)
-        res.checks.update(
-            window_checks(scenario, res, backend if mode == "gateway" else passthrough(backend))
-        )
+        if mode == "gateway":
+            res.checks.update(window_checks(scenario, res, backend))
         results.append(res)
     rows = summary_rows(scenario, results)
     table = print_table(rows)
     factor = protection_factor(results)
     print(f"\n{scenario.name}: {scenario.summary}\n{table}")
+    per_review = protection_factor(results, per_review=True)
     if factor is not None:
         print(f"protection factor (IdP calls pass-through / gateway): {factor:.1f}")
+    if per_review is not None:
+        print(f"protection factor per review answered: {per_review:.1f}")
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"{scenario.name}.png"
     plot(scenario, results, png)
@@ -623,6 +654,7 @@ def run_scenario(
         "summary": scenario.summary,
         "duration": duration,
         "protection_factor": factor,
+        "protection_factor_per_review": per_review,
         "table": table,
         "results": [
             {

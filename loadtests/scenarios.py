@@ -1,8 +1,8 @@
 """The rehearsed scenarios: which IdP, how many replicas, the load, and the fault schedule.
 
 A scenario's faults happen at fractions of the run's duration, so ``--duration``
-stretches or shrinks the whole script. Each scenario runs twice: with the gateway's
-protections, and in pass-through mode (:func:`passthrough`), under the same load.
+stretches or shrinks the whole script. Each scenario runs twice under the same load:
+through the gateway, and through :mod:`loadtests.passthrough` (no protections).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 class Step:
     at: float  # fraction of the duration
     label: str
-    # POSTed to the fake's /_fake/faults; {"reset": True} resets it.
+    # POSTed to the fake's /_fake/faults (not /_fake/reset: that clears the counters).
     faults: dict[str, Any] | None = None
     # "stop_redis" / "start_redis"
     action: str | None = None
@@ -60,7 +60,7 @@ SCENARIOS: dict[str, Scenario] = {
             "the IdP answers 500 to everything from 30 % to 70 % of the run",
             steps=(
                 Step(0.3, "IdP down (500)", {"status": 500}),
-                Step(0.7, "IdP back", {"reset": True}),
+                Step(0.7, "IdP back", {"status": None}),
             ),
             backend=_BREAKER,
         ),
@@ -74,7 +74,7 @@ SCENARIOS: dict[str, Scenario] = {
             steps=(
                 Step(0.25, "401 to service token", {"reject_service_tokens": True}),
                 Step(0.5, "timeouts", {"reject_service_tokens": False, "hang": True}),
-                Step(0.75, "recovery", {"reset": True}),
+                Step(0.75, "recovery", {"hang": False}),
             ),
             backend=_BREAKER,
         ),
@@ -83,7 +83,7 @@ SCENARIOS: dict[str, Scenario] = {
             "the IdP takes 1.5 s per answer from 25 % to 75 % of the run",
             steps=(
                 Step(0.25, "IdP slow (1.5 s)", {"latency": 1.5}),
-                Step(0.75, "IdP fast", {"reset": True}),
+                Step(0.75, "IdP fast", {"latency": 0.0}),
             ),
             backend=_BREAKER,
         ),
@@ -93,7 +93,7 @@ SCENARIOS: dict[str, Scenario] = {
             idp="gitlab",
             steps=(
                 Step(0.3, "429 + Retry-After", {"status": 429, "retry_after": 5}),
-                Step(0.7, "limit lifted", {"reset": True}),
+                Step(0.7, "limit lifted", {"status": None, "retry_after": None}),
             ),
             backend=_BREAKER,
         ),
@@ -120,17 +120,3 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
-
-
-def passthrough(backend: dict[str, Any]) -> dict[str, Any]:
-    """Protections off, from existing knobs: every review is forwarded to the IdP.
-
-    What stays on: coalescing of *concurrent* reviews of one token (no switch for it),
-    and a breaker hold after a 429 with Retry-After. Both only lower the pass-through
-    count, so the protection factor is, if anything, understated.
-    """
-    out = dict(backend)
-    out["cache"] = {"positive_ttl_seconds": 0, "negative_ttl_seconds": 0, "max_stale_seconds": 0}
-    out["breaker"] = {"fail_max": 1_000_000_000, "reset_timeout_seconds": 0.001}
-    out["bucket"] = {"rate": 1_000_000.0, "burst": 1_000_000}
-    return out
