@@ -303,11 +303,19 @@ class FakeIdP:
             for server in (self._server, self._control):
                 if server is not None:
                     server.close()
+            for writer in list(self._writers):
+                writer.close()
+            # Hanging and in-flight handlers end here, not when the loop is gone.
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=5)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5)
+        loop.close()
 
     @property
     def url(self) -> str:
