@@ -118,6 +118,34 @@ class Retrier:
         return delay
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One HTTP attempt's result, as the retry policy sees it."""
+
+    status: int | None  # None: no HTTP answer
+    retry_after: bool = False
+    connection_reset: bool = False
+    body: bytes = b""
+
+
+def call_with_retries(
+    attempt: Callable[[], Attempt],
+    retrier: Retrier,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Attempt, int]:
+    """Run ``attempt`` until the policy says stop; return the last result and the count."""
+    count = 0
+    while True:
+        count += 1
+        result = attempt()
+        delay = retrier.after(
+            result.status, retry_after=result.retry_after, connection_reset=result.connection_reset
+        )
+        if delay is None:
+            return result, count
+        sleep(delay)
+
+
 # ---------------------------------------------------------------------------------
 # Token populations
 # ---------------------------------------------------------------------------------
@@ -394,31 +422,14 @@ if __name__ == "locustfile":
                 self.reauthenticate(population, hot_index)
 
         def review_once(self, token: str, api_version: str) -> str:
-            retrier = Retrier()
             body = json.dumps(review_body(token, api_version))
             started = time.perf_counter()
-            attempts = 0
-            while True:
-                attempts += 1
-                resp = self.client.post(
-                    REVIEW_PATH,
-                    data=body,
-                    headers={"Content-Type": "application/json", "Accept": "application/json"},
-                    name="attempt",
-                )
-                status = resp.status_code or None
-                _TIMELINE.attempt(status or 0)
-                error = getattr(resp, "error", None)
-                delay = retrier.after(
-                    status,
-                    retry_after=bool(status and resp.headers and resp.headers.get("retry-after")),
-                    connection_reset=isinstance(error, ConnectionResetError),
-                )
-                if delay is None:
-                    break
-                gevent.sleep(delay)
+            result, attempts = call_with_retries(
+                lambda: self.attempt(body), Retrier(), sleep=gevent.sleep
+            )
             ms = (time.perf_counter() - started) * 1000
-            answer = "conn_error" if status is None else classify(status, resp.content or b"")
+            status = result.status
+            answer = "conn_error" if status is None else classify(status, result.body)
             _TIMELINE.review(answer, ms)
             self.environment.events.request.fire(
                 request_type="REVIEW",
@@ -429,6 +440,21 @@ if __name__ == "locustfile":
                 context={},
             )
             return answer
+
+        def attempt(self, body: str) -> Attempt:
+            resp = self.client.post(
+                REVIEW_PATH,
+                data=body,
+                headers={"Content-Type": "application/json", "Accept": "application/json"},
+                name="attempt",
+            )
+            status = resp.status_code or None
+            _TIMELINE.attempt(status or 0)
+            if status is None:
+                error = getattr(resp, "error", None)
+                return Attempt(None, connection_reset=isinstance(error, ConnectionResetError))
+            retry_after = bool(resp.headers and resp.headers.get("retry-after"))
+            return Attempt(status, retry_after=retry_after, body=resp.content or b"")
 
         def reauthenticate(self, population: str, hot_index: int | None) -> None:
             """A client told "unauthorized" asks Keystone for a new token and uses it."""
