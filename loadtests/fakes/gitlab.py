@@ -841,11 +841,18 @@ def main() -> None:
     parser.add_argument("--seed", type=Path, help="JSON seed of users, tokens and groups")
     parser.add_argument("--synthetic-users", type=int, default=0, help="generate a load seed")
     parser.add_argument("--groups-per-user", type=int, default=3)
+    parser.add_argument(
+        "--throttle-limit",
+        type=int,
+        default=2000,
+        help="GitLab's per-user API limit per minute (0: unlimited)",
+    )
     args = parser.parse_args()
     seed = json.loads(args.seed.read_text()) if args.seed else None
     if args.synthetic_users:
         seed = synthetic_seed(args.synthetic_users, args.groups_per_user)
     fake = FakeGitLab(args.host, args.port, seed)
+    fake.configure(throttle_limit=args.throttle_limit or None)
     print(f"fake GitLab on http://{args.host}:{args.port}", flush=True)
     uvicorn.Server(fake._config()).run()
 
