@@ -43,11 +43,13 @@ class Override(enum.Enum):
 
 
 class ProbePermits(Protocol):
-    """At most K calls may be in flight while half-open."""
+    """At most K calls may be in flight while half-open (per process, or fleet-wide)."""
 
-    def try_acquire(self) -> bool: ...
+    async def try_acquire(self) -> str | None:
+        """A permit id, or None when all K are taken."""
+        ...
 
-    def release(self) -> None: ...
+    def release(self, permit: str) -> None: ...
 
 
 class LocalProbePermits:
@@ -55,13 +57,16 @@ class LocalProbePermits:
         self._limit = limit
         self._in_flight = 0
 
-    def try_acquire(self) -> bool:
-        if self._in_flight >= self._limit:
-            return False
-        self._in_flight += 1
-        return True
+    async def try_acquire(self) -> str | None:
+        return self.acquire_now()
 
-    def release(self) -> None:
+    def acquire_now(self) -> str | None:
+        if self._in_flight >= self._limit:
+            return None
+        self._in_flight += 1
+        return "local"
+
+    def release(self, permit: str) -> None:
         self._in_flight = max(0, self._in_flight - 1)
 
 
@@ -78,15 +83,15 @@ class _TransitionListener(pybreaker.CircuitBreakerListener):  # type: ignore[mis
 
 
 class Admission:
-    """A ticket for one call; ``probe`` calls hold a half-open permit."""
+    """A ticket for one call; probe calls hold a half-open permit."""
 
-    __slots__ = ("probe",)
+    __slots__ = ("permit",)
 
-    def __init__(self, probe: bool) -> None:
-        self.probe = probe
+    def __init__(self, permit: str | None) -> None:
+        self.permit = permit
 
 
-_NORMAL = Admission(probe=False)
+_NORMAL = Admission(permit=None)
 
 
 class Breaker:
@@ -127,13 +132,17 @@ class Breaker:
         state: str = self._cb.current_state
         return state
 
-    def admit(self) -> Admission | None:
+    def refresh(self) -> str:
+        """Pick up a state another replica wrote to shared storage (fires transitions)."""
+        return str(self._cb.state.name)
+
+    async def admit(self) -> Admission | None:
         """A ticket if a call may go to the backend now, else None (fail fast)."""
         if self.override is Override.FORCED_OPEN:
             return None
         if self.override is Override.FORCED_CLOSED:
             return _NORMAL
-        state = self._cb.current_state
+        state = self.refresh()
         if state == CLOSED:
             return _NORMAL
         if state == OPEN:
@@ -142,14 +151,13 @@ class Breaker:
             if opened_at is not None and datetime.now(UTC) < opened_at + timeout:
                 return None
             self._cb.half_open()
-        if self._probes.try_acquire():
-            return Admission(probe=True)
-        return None
+        permit = await self._probes.try_acquire()
+        return Admission(permit) if permit is not None else None
 
     def release(self, ticket: Admission) -> None:
         """Give back a ticket whose call was never made."""
-        if ticket.probe:
-            self._probes.release()
+        if ticket.permit is not None:
+            self._probes.release(ticket.permit)
 
     def record(self, ticket: Admission, outcome: Outcome) -> None:
         """Feed one finished call's outcome to the state machine."""

@@ -99,7 +99,7 @@ class GuardedBackend:
         return await self.flights.do(key, lambda: self._ask_idp(token, key, entry))
 
     async def _ask_idp(self, token: str, key: bytes, known: CacheEntry | None) -> Verdict:
-        ticket = self.breaker.admit()
+        ticket = await self.breaker.admit()
         if ticket is None:
             return self._fallback(known, Unavailable("circuit breaker open"))
         if not await self.bucket.acquire(self.max_wait):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 from authn_gateway.breaker import Breaker, LocalProbePermits, Override
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
@@ -23,63 +23,63 @@ def breaker(fail_max: int = 3, reset: float = 0.2, probes: int = 1) -> tuple[Bre
     return b, transitions
 
 
-def fail(b: Breaker, times: int) -> None:
+async def fail(b: Breaker, times: int) -> None:
     for _ in range(times):
-        ticket = b.admit()
+        ticket = await b.admit()
         assert ticket is not None
         b.record(ticket, DOWN)
 
 
-def test_opens_after_fail_max_consecutive_unavailable() -> None:
+async def test_opens_after_fail_max_consecutive_unavailable() -> None:
     b, transitions = breaker(fail_max=3)
-    fail(b, 2)
+    await fail(b, 2)
     assert b.state == "closed"
-    fail(b, 1)
+    await fail(b, 1)
     assert b.state == "open"
-    assert b.admit() is None
+    assert await b.admit() is None
     assert transitions == ["closed->open"]
 
 
-def test_rejections_are_healthy_answers() -> None:
+async def test_rejections_are_healthy_answers() -> None:
     b, _ = breaker(fail_max=2)
     for _ in range(10):
-        ticket = b.admit()
+        ticket = await b.admit()
         assert ticket is not None
         b.record(ticket, Rejected("bad token"))
     assert b.state == "closed"
 
 
-def test_a_success_resets_the_consecutive_count() -> None:
+async def test_a_success_resets_the_consecutive_count() -> None:
     b, _ = breaker(fail_max=3)
-    fail(b, 2)
-    ticket = b.admit()
+    await fail(b, 2)
+    ticket = await b.admit()
     assert ticket is not None
     b.record(ticket, OK)
-    fail(b, 2)
+    await fail(b, 2)
     assert b.state == "closed"
 
 
-def test_half_open_admits_exactly_k_probes_concurrently() -> None:
+async def test_half_open_admits_exactly_k_probes_concurrently() -> None:
     b, _ = breaker(fail_max=1, reset=0.05, probes=2)
-    fail(b, 1)
-    time.sleep(0.06)
-    tickets = [b.admit() for _ in range(10)]
+    await fail(b, 1)
+    await asyncio.sleep(0.06)
+    tickets = [await b.admit() for _ in range(10)]
     probes = [t for t in tickets if t is not None]
     assert len(probes) == 2
     assert b.state == "half-open"
 
 
-def test_successful_probe_closes_failed_probe_reopens() -> None:
+async def test_successful_probe_closes_failed_probe_reopens() -> None:
     b, transitions = breaker(fail_max=1, reset=0.05)
-    fail(b, 1)
-    time.sleep(0.06)
-    probe = b.admit()
+    await fail(b, 1)
+    await asyncio.sleep(0.06)
+    probe = await b.admit()
     assert probe is not None
     b.record(probe, DOWN)
     assert b.state == "open"
-    assert b.admit() is None
-    time.sleep(0.06)
-    probe = b.admit()
+    assert await b.admit() is None
+    await asyncio.sleep(0.06)
+    probe = await b.admit()
     assert probe is not None
     b.record(probe, OK)
     assert b.state == "closed"
@@ -92,35 +92,35 @@ def test_successful_probe_closes_failed_probe_reopens() -> None:
     ]
 
 
-def test_unused_ticket_returns_its_probe_permit() -> None:
+async def test_unused_ticket_returns_its_probe_permit() -> None:
     b, _ = breaker(fail_max=1, reset=0.05)
-    fail(b, 1)
-    time.sleep(0.06)
-    probe = b.admit()
+    await fail(b, 1)
+    await asyncio.sleep(0.06)
+    probe = await b.admit()
     assert probe is not None
-    assert b.admit() is None
+    assert await b.admit() is None
     b.release(probe)
-    assert b.admit() is not None
+    assert await b.admit() is not None
 
 
-def test_hold_open_stays_open_for_the_time_asked() -> None:
+async def test_hold_open_stays_open_for_the_time_asked() -> None:
     b, _ = breaker(reset=0.05)
     b.hold_open(0.3)
     assert b.state == "open"
-    time.sleep(0.1)
-    assert b.admit() is None  # reset_timeout alone would have let a probe through
-    time.sleep(0.25)
-    assert b.admit() is not None
+    await asyncio.sleep(0.1)
+    assert await b.admit() is None  # reset_timeout alone would have let a probe through
+    await asyncio.sleep(0.25)
+    assert await b.admit() is not None
 
 
-def test_operator_overrides() -> None:
+async def test_operator_overrides() -> None:
     b, transitions = breaker()
     b.force(Override.FORCED_OPEN)
     assert b.state == "forced_open"
-    assert b.admit() is None
+    assert await b.admit() is None
     b.force(Override.FORCED_CLOSED)
-    fail(b, 10)  # disabled: failures do not open it
-    assert b.admit() is not None
+    await fail(b, 10)  # disabled: failures do not open it
+    assert await b.admit() is not None
     b.force(Override.NONE)
     assert b.state == "closed"
     assert transitions[-1] == "forced_closed->closed"
