@@ -8,6 +8,7 @@ import base64
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from backends.ldap import (
     group_name,
     parse_token,
     result_failure,
+    text_values,
 )
 from tests.support.procs import GatewayProcess, free_port, metric_value, start_gateway
 from tests.support.slapd import (
@@ -147,6 +149,9 @@ def gateway(
             user_base=None,
             user_dn_template=f"uid={{username}},{PEOPLE}",
         ),
+        routed(
+            "s.", "direct-service", user_base=None, user_dn_template=f"uid={{username}},{PEOPLE}"
+        ),
         routed("t.", "twins", user_filter="(cn={username})"),
         routed("w.", "wrong-ca", tls=wrong_ca),
         routed("x.", "wrong-ca-starttls", url=slapd.ldap_url, start_tls=True, tls=wrong_ca),
@@ -252,6 +257,13 @@ def test_group_name_is_the_unescaped_first_rdn_value_or_the_whole_dn() -> None:
     assert group_name("ou=teams,dc=x", "cn") == "ou=teams,dc=x"
 
 
+def test_binary_values_become_text_and_ad_guids_their_canonical_form() -> None:
+    guid = uuid.UUID("2c1f0e6a-7b3d-4e5f-8a9b-0c1d2e3f4a5b")
+    assert text_values("objectGUID", [guid.bytes_le]) == [str(guid)]
+    assert text_values("jpegPhoto", [b"\xff\xd8"]) == ["/9g="]
+    assert text_values("mail", ["é@x".encode()]) == ["é@x"]
+
+
 def test_ad_nested_groups_use_the_matching_rule_in_chain() -> None:
     groups = LDAPGroupSettings(mode="search", base="dc=x", ad_nested=True)
     flt = filter_with(groups.search_filter, dn="CN=Smith\\, J (x),DC=x")
@@ -355,20 +367,21 @@ def test_username_is_the_directory_spelling_not_the_typed_one(gateway: GatewayPr
     assert status["user"]["username"] == "alice"
 
 
-def test_direct_bind_template_authenticates_without_a_service_account(
-    gateway: GatewayProcess,
+@pytest.mark.parametrize("prefix", ["d.", "s."])
+def test_direct_bind_template_authenticates_with_or_without_a_service_account(
+    gateway: GatewayProcess, prefix: str
 ) -> None:
-    status = review(gateway, "d." + token("alice", pw("alice")))
+    status = review(gateway, prefix + token("alice", pw("alice")))
     assert status["user"]["username"] == "alice"
     assert status["user"]["groups"] == ["admins", "developers", "viewers"]
 
 
-@pytest.mark.parametrize("prefix", ["m.", "d."])
+@pytest.mark.parametrize("prefix", ["m.", "d.", "s."])
 def test_wrong_password_is_rejected(gateway: GatewayProcess, prefix: str) -> None:
     assert_rejected(review(gateway, prefix + token("alice", "not-alice-pw")))
 
 
-@pytest.mark.parametrize("prefix", ["m.", "d."])
+@pytest.mark.parametrize("prefix", ["m.", "d.", "s."])
 def test_unknown_user_is_rejected(gateway: GatewayProcess, prefix: str) -> None:
     assert_rejected(review(gateway, prefix + token("mallory", "whatever")))
 
