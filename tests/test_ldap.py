@@ -44,8 +44,6 @@ from tests.support.slapd import (
     start_slapd,
 )
 
-pytestmark = pytest.mark.slow
-
 Start = Callable[..., GatewayProcess]
 
 
@@ -334,6 +332,7 @@ def test_bind_password_comes_from_a_secret_file(service_password_file: Path) -> 
 # --- users and groups, through the gateway ------------------------------------------
 
 
+@pytest.mark.slow
 def test_user_in_several_groups_gets_all_of_them_from_member_of(gateway: GatewayProcess) -> None:
     status = review(gateway, "m." + token("alice", pw("alice")))
     assert status["authenticated"] is True
@@ -344,6 +343,7 @@ def test_user_in_several_groups_gets_all_of_them_from_member_of(gateway: Gateway
     assert user["extra"] == {"example.org/mail": ["alice@example.org"]}
 
 
+@pytest.mark.slow
 def test_user_in_no_group_is_authenticated_without_groups(gateway: GatewayProcess) -> None:
     status = review(gateway, "m." + token("carol", pw("carol")))
     assert status["authenticated"] is True
@@ -351,22 +351,26 @@ def test_user_in_no_group_is_authenticated_without_groups(gateway: GatewayProces
     assert "groups" not in status["user"]
 
 
+@pytest.mark.slow
 def test_posix_groups_are_found_by_member_uid_over_starttls(gateway: GatewayProcess) -> None:
     status = review(gateway, "p." + token("bob", pw("bob")))
     assert status["authenticated"] is True
     assert status["user"]["groups"] == ["oncall", "ops"]
 
 
+@pytest.mark.slow
 def test_group_of_names_search_finds_groups_by_member_dn(gateway: GatewayProcess) -> None:
     status = review(gateway, "g." + token("alice", pw("alice")))
     assert status["user"]["groups"] == ["admins", "developers", "viewers"]
 
 
+@pytest.mark.slow
 def test_username_is_the_directory_spelling_not_the_typed_one(gateway: GatewayProcess) -> None:
     status = review(gateway, "m." + token("ALICE", pw("alice")))
     assert status["user"]["username"] == "alice"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", ["d.", "s."])
 def test_direct_bind_template_authenticates_with_or_without_a_service_account(
     gateway: GatewayProcess, prefix: str
@@ -376,22 +380,26 @@ def test_direct_bind_template_authenticates_with_or_without_a_service_account(
     assert status["user"]["groups"] == ["admins", "developers", "viewers"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", ["m.", "d.", "s."])
 def test_wrong_password_is_rejected(gateway: GatewayProcess, prefix: str) -> None:
     assert_rejected(review(gateway, prefix + token("alice", "not-alice-pw")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", ["m.", "d.", "s."])
 def test_unknown_user_is_rejected(gateway: GatewayProcess, prefix: str) -> None:
     assert_rejected(review(gateway, prefix + token("mallory", "whatever")))
 
 
+@pytest.mark.slow
 def test_ambiguous_filter_matching_two_entries_is_rejected(gateway: GatewayProcess) -> None:
     assert_rejected(review(gateway, "t." + token("twin", pw("twin-a"))))
     # The filter itself works: a cn that matches one entry logs in.
     assert review(gateway, "t." + token("carol", pw("carol")))["authenticated"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "tok",
     [token("alice", ""), token("", "alice-pw"), "bm90IGEgdG9rZW4", "@@@", token("a\x00", "x")],
@@ -406,6 +414,7 @@ def test_empty_parts_and_malformed_tokens_never_reach_the_server(
     assert metric_value(text, "authn_gateway_prerejected_total", reason="no_backend_accepts") > 0
 
 
+@pytest.mark.slow
 def test_the_test_server_answers_an_unauthenticated_bind_with_success(slapd: Slapd) -> None:
     """Why an empty password must never be sent: this server, like many, says yes."""
     done = subprocess.run(
@@ -418,6 +427,7 @@ def test_the_test_server_answers_an_unauthenticated_bind_with_success(slapd: Sla
 # --- injection ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "username",
     ["*", "al*", "a*e", "*)(uid=alice", ")(uid=*", "alice)(|(uid=*", "*)(|(objectClass=*",
@@ -431,6 +441,7 @@ def test_filter_injection_matches_no_other_user(
     assert_rejected(review(gateway, prefix + token(username, pw("alice"))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "username",
     ["alice,ou=people", "alice+cn=x", "uid=alice", "*", "alice\\", "#alice", " "],
@@ -439,6 +450,7 @@ def test_dn_injection_binds_no_other_user(gateway: GatewayProcess, username: str
     assert_rejected(review(gateway, "d." + token(username, pw("alice"))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", ["m.", "d."])
 def test_metacharacters_in_a_real_username_still_log_in(
     gateway: GatewayProcess, prefix: str
@@ -452,6 +464,7 @@ def test_metacharacters_in_a_real_username_still_log_in(
 # --- misconfiguration and TLS -------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", ["w.", "x."])
 def test_wrong_ca_fails_tls_verification_as_unavailable(
     gateway: GatewayProcess, prefix: str
@@ -465,16 +478,19 @@ def test_wrong_ca_fails_tls_verification_as_unavailable(
     assert metric_value(metrics(gateway), "authn_gateway_backend_config_errors_total", backend=name)
 
 
+@pytest.mark.slow
 def test_refused_service_account_is_unavailable_not_a_rejection(gateway: GatewayProcess) -> None:
     status = review(gateway, "b." + token("alice", pw("alice")))
     assert status["error"] == "bad-service: service account bind: invalidCredentials (49)"
 
 
+@pytest.mark.slow
 def test_missing_user_base_is_a_configuration_problem(gateway: GatewayProcess) -> None:
     status = review(gateway, "n." + token("alice", pw("alice")))
     assert status["error"] == "no-such-base: user search: noSuchObject (32)"
 
 
+@pytest.mark.slow
 def test_gateway_logs_never_hold_a_password_or_token(gateway: GatewayProcess) -> None:
     review(gateway, "m." + token("alice", pw("alice")))
     review(gateway, "b." + token("bob", pw("bob")))
@@ -548,6 +564,7 @@ async def test_a_server_that_never_answers_times_out_without_blocking_the_loop(
     assert ticks >= 5
 
 
+@pytest.mark.slow
 async def test_service_pool_is_bounded_under_concurrency(
     slapd: Slapd, service_password_file: Path
 ) -> None:
@@ -564,6 +581,7 @@ async def test_service_pool_is_bounded_under_concurrency(
         await backend.close()
 
 
+@pytest.mark.slow
 async def test_pooled_connections_are_replaced_after_a_slapd_restart(
     own_slapd: Slapd, service_password_file: Path
 ) -> None:
@@ -584,6 +602,7 @@ async def test_pooled_connections_are_replaced_after_a_slapd_restart(
         await backend.close()
 
 
+@pytest.mark.slow
 async def test_stopped_server_is_unavailable_and_a_restarted_one_serves_again(
     own_slapd: Slapd, service_password_file: Path
 ) -> None:
@@ -606,6 +625,7 @@ async def test_stopped_server_is_unavailable_and_a_restarted_one_serves_again(
 NO_CACHE = {"positive_ttl_seconds": 0, "negative_ttl_seconds": 0, "max_stale_seconds": 0}
 
 
+@pytest.mark.slow
 def test_slapd_stopped_mid_run_opens_the_breaker_and_recovery_is_orderly(
     own_slapd: Slapd, service_password_file: Path, gateway_factory: Start
 ) -> None:
@@ -635,6 +655,7 @@ def test_slapd_stopped_mid_run_opens_the_breaker_and_recovery_is_orderly(
     assert breaker_state(gw, "ldap") == "closed"
 
 
+@pytest.mark.slow
 def test_gateway_pool_survives_a_slapd_restart(
     own_slapd: Slapd, service_password_file: Path, gateway_factory: Start
 ) -> None:
