@@ -1,0 +1,324 @@
+"""deploy/ renders with kubectl kustomize, parses as Kubernetes objects, and agrees with
+itself: ports, paths, selectors, the webhook kubeconfig and the kubeadm patch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail(
+            "kubectl is required to render deploy/ (Debian: apt-get install kubernetes-client; "
+            "scripts/test.sh installs it)"
+        )
+    return path
+
+
+@cache
+def render(directory: str) -> tuple[dict[str, Any], ...]:
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(DEPLOY / directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return tuple(d for d in yaml.safe_load_all(result.stdout) if d is not None)
+
+
+def find(docs: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
+    for doc in docs:
+        actual = doc["metadata"]["name"]
+        # Generated ConfigMaps carry a content hash suffix.
+        generated = kind == "ConfigMap" and actual.startswith(name + "-")
+        if doc["kind"] == kind and (actual == name or generated):
+            return doc
+    raise AssertionError(
+        f"no {kind} {name} in {[(d['kind'], d['metadata']['name']) for d in docs]}"
+    )
+
+
+def config_of(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    cm = find(docs, "ConfigMap", "authn-gateway-config")
+    parsed: dict[str, Any] = yaml.safe_load(cm["data"]["gateway.yaml"])
+    return parsed
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("directory", ["base", "overlays/redis"])
+def test_manifests_render_to_kubernetes_objects(directory: str) -> None:
+    docs = render(directory)
+    assert docs
+    for doc in docs:
+        assert isinstance(doc.get("apiVersion"), str) and doc["apiVersion"]
+        assert isinstance(doc.get("kind"), str) and doc["kind"]
+        assert doc["metadata"]["name"]
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == "authn-gateway"
+    kinds = {d["kind"] for d in docs}
+    assert kinds >= {
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "ServiceMonitor",
+        "PrometheusRule",
+    }
+
+
+def test_deployment_runs_three_spread_replicas_with_a_restrictive_security_context() -> None:
+    deployment = find(render("base"), "Deployment", "authn-gateway")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 3
+    pod = spec["template"]["spec"]
+    spread = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"]["cpu"]
+    assert container["resources"]["limits"]["memory"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["image"].startswith("registry.example.com/authn-gateway:")
+
+
+def test_deployment_ports_and_mounts_agree_with_the_shipped_config() -> None:
+    docs = render("base")
+    config = config_of(docs)
+    pod = find(docs, "Deployment", "authn-gateway")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["https"] == config["server"]["port"]
+    assert ports["metrics"] == config["server"]["ops"]["port"]
+    assert config["server"]["host"] == "0.0.0.0"
+    mounts = [m["mountPath"] for m in container["volumeMounts"]]
+    config_path = container["args"][container["args"].index("--config") + 1]
+    tls = config["server"]["tls"]
+    for path in (config_path, tls["cert_file"], tls["key_file"], tls["client_ca_file"]):
+        assert any(path.startswith(m + "/") for m in mounts), path
+    # TLS reloads stage files in /tmp, the only writable mount.
+    assert "/tmp" in mounts
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    cm_name = find(docs, "ConfigMap", "authn-gateway-config")["metadata"]["name"]
+    assert volumes["config"]["configMap"]["name"] == cm_name
+
+
+def test_services_pdb_and_policies_select_the_gateway_pods() -> None:
+    docs = render("base")
+    deployment = find(docs, "Deployment", "authn-gateway")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels_match(deployment["spec"]["selector"]["matchLabels"], pod_labels)
+    for doc in docs:
+        if doc["kind"] == "Service":
+            assert labels_match(doc["spec"]["selector"], pod_labels)
+    pdb = find(docs, "PodDisruptionBudget", "authn-gateway")
+    assert labels_match(pdb["spec"]["selector"]["matchLabels"], pod_labels)
+    assert pdb["spec"]["maxUnavailable"] == 1
+    policy = find(docs, "NetworkPolicy", "authn-gateway")
+    assert labels_match(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
+    admitted = sorted(p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"])
+    assert admitted == ["https", "metrics"]
+
+
+def test_service_monitor_scrapes_only_the_metrics_service() -> None:
+    docs = render("base")
+    monitor = find(docs, "ServiceMonitor", "authn-gateway")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    selected = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Service" and labels_match(selector, d["metadata"]["labels"])
+    ]
+    assert selected == ["authn-gateway-metrics"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_dashboard_configmap_carries_the_dashboard_json() -> None:
+    cm = find(render("base"), "ConfigMap", "authn-gateway-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["grafana-dashboard.json"])
+    titles = " | ".join(p["title"].lower() for p in dashboard["panels"])
+    for wanted in ("breaker state", "reviews by answer", "backend call latency"):
+        assert wanted in titles
+    for wanted in ("cache hit ratio", "stale", "limiter drops"):
+        assert wanted in titles
+
+
+def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:
+    docs = render("overlays/redis")
+    config = config_of(docs)
+    service = find(docs, "Service", "authn-gateway-redis")
+    assert f"//{service['metadata']['name']}:6379" in config["redis"]["url"]
+    redis = find(docs, "Deployment", "authn-gateway-redis")
+    pod = redis["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert labels_match(
+        service["spec"]["selector"], redis["spec"]["template"]["metadata"]["labels"]
+    )
+    # The gateway's own labels must not leak onto Redis (its policy admits the gateway).
+    assert redis["metadata"]["labels"]["app.kubernetes.io/name"] == "authn-gateway-redis"
+    policy = find(docs, "NetworkPolicy", "authn-gateway-redis")
+    gateway = find(docs, "Deployment", "authn-gateway")
+    (source,) = policy["spec"]["ingress"][0]["from"]
+    assert labels_match(
+        source["podSelector"]["matchLabels"], gateway["spec"]["template"]["metadata"]["labels"]
+    )
+    # Apart from redis:, the fleet config is the base config.
+    base = config_of(render("base"))
+    assert {k: v for k, v in config.items() if k != "redis"} == base
+
+
+def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AUTHN_GATEWAY_SECRET": "x" * 32},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("directory", ["base", "overlays/redis"])
+def test_shipped_config_passes_check_config(directory: str, tmp_path: Path) -> None:
+    cm = find(render(directory), "ConfigMap", "authn-gateway-config")
+    result = _check_config(cm["data"]["gateway.yaml"], tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_secret_template_is_kept_out_of_the_kustomization() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
+    assert "secret.example.yaml" not in kustomization["resources"]
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "base" / "secret.example.yaml").read_text())]
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("Secret", "authn-gateway") in names
+    assert ("Secret", "authn-gateway-tls") in names
+    deployment = find(render("base"), "Deployment", "authn-gateway")
+    pod = deployment["spec"]["template"]["spec"]
+    used = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    (container,) = pod["containers"]
+    used |= {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
+    assert used <= {name for _, name in names}
+    secret = next(d for d in docs if d["metadata"]["name"] == "authn-gateway")
+    for volume in pod["volumes"]:
+        for item in volume.get("secret", {}).get("items", []):
+            if volume["secret"]["secretName"] == "authn-gateway":
+                assert item["key"] in secret["stringData"]
+
+
+def test_webhook_kubeconfig_points_at_the_service_over_mutual_tls() -> None:
+    docs = render("base")
+    kubeconfig = yaml.safe_load((DEPLOY / "apiserver" / "webhook-kubeconfig.yaml").read_text())
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    service = next(
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "authn-gateway"
+    )
+    config = config_of(docs)
+    assert cluster["server"] == (
+        f"https://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}"
+        f"{config['server']['review_path']}"
+    )
+    assert cluster["certificate-authority"].startswith("/etc/kubernetes/authn-webhook/")
+    user = kubeconfig["users"][0]["user"]
+    assert user["client-certificate"].startswith("/etc/kubernetes/authn-webhook/")
+    assert user["client-key"].startswith("/etc/kubernetes/authn-webhook/")
+    assert kubeconfig["current-context"] == kubeconfig["contexts"][0]["name"]
+
+
+def _apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The subset of RFC 6902 the kubeadm patch uses: add, appending with '-'."""
+    for op in ops:
+        assert op["op"] == "add"
+        *parents, last = op["path"].strip("/").split("/")
+        target: Any = doc
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        assert last == "-" and isinstance(target, list)
+        target.append(op["value"])
+    return doc
+
+
+def test_kubeadm_patch_adds_the_webhook_flags_and_mount() -> None:
+    static_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kube-apiserver", "namespace": "kube-system"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "kube-apiserver",
+                    "command": ["kube-apiserver", "--secure-port=6443"],
+                    "volumeMounts": [{"name": "k8s-certs", "mountPath": "/etc/kubernetes/pki"}],
+                }
+            ],
+            "volumes": [{"name": "k8s-certs", "hostPath": {"path": "/etc/kubernetes/pki"}}],
+        },
+    }
+    patch = yaml.safe_load(
+        (DEPLOY / "apiserver" / "kubeadm-patches" / "kube-apiserver+json.yaml").read_text()
+    )
+    patched = _apply_json_patch(static_pod, patch)
+    command = patched["spec"]["containers"][0]["command"]
+    flags = (DEPLOY / "apiserver" / "kube-apiserver-flags.txt").read_text().split()
+    assert command[:2] == ["kube-apiserver", "--secure-port=6443"]
+    assert command[2:] == flags
+    flag_map = dict(f.removeprefix("--").split("=", 1) for f in flags)
+    assert flag_map["authentication-token-webhook-version"] == "v1"
+    kubeconfig_path = flag_map["authentication-token-webhook-config-file"]
+    (mount,) = [
+        m for m in patched["spec"]["containers"][0]["volumeMounts"] if m["name"] != "k8s-certs"
+    ]
+    assert kubeconfig_path.startswith(mount["mountPath"] + "/")
+    volume = next(v for v in patched["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == mount["mountPath"]
+    # The ClusterConfiguration route sets the same flags.
+    cluster_config = yaml.safe_load((DEPLOY / "apiserver" / "kubeadm-config.yaml").read_text())
+    assert cluster_config["apiServer"]["extraArgs"] == flag_map
+
+
+def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
+    lines = [
+        line.strip()
+        for line in (DEPLOY / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    stages = [line for line in lines if line.startswith("FROM ")]
+    assert len(stages) >= 2
+    assert all("slim" in stage for stage in stages)
+    final = lines[lines.index(stages[-1]) :]
+    users = [line.split()[1] for line in final if line.startswith("USER ")]
+    assert users, "the runtime stage must set USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0
+    deployment = find(render("base"), "Deployment", "authn-gateway")
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(uid)
+    assert not any(line.startswith(("RUN apt", "RUN pip")) for line in final)
