@@ -1,0 +1,357 @@
+"""Benchmarks, side by side in one run, same machine, same load generator:
+
+1. cache-hit review throughput and p50/p99 of one gateway worker, against a bare
+   starlette webhook and a raw ASGI + orjson one (:mod:`loadtests.refapps`), as ratios;
+2. the same with the Redis tier (``redis:`` configured);
+3. the cost of a cache miss over the IdP's own latency;
+4. memory per cached entry at 100,000 entries.
+
+wrk drives the load (64 connections, one thread, a Lua script posting a TokenReview),
+pinned to core 1 while the server is pinned to core 0. Figures are printed, never
+asserted: they depend on the machine and on what else runs on it.
+
+    python -m loadtests.bench [--seconds 10] [--connections 64] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.support.procs import free_port, review_body, wait_for_port
+
+LUA = """
+wrk.method = "POST"
+wrk.path = "/authenticate?timeout=30s"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[%s]]
+"""
+SECRET = "bench-fleet-secret-0123456789abcdef"
+HOT_TOKEN = "good-bench-user"
+
+
+@dataclass
+class WrkResult:
+    name: str
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def _ms(value: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", value.strip())
+    if not m:
+        raise ValueError(f"cannot read wrk latency {value!r}")
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def parse_wrk(name: str, text: str) -> WrkResult:
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))  # type: ignore[union-attr]
+    p50 = _ms(re.search(r"\s50%\s+(\S+)", text).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"\s99%\s+(\S+)", text).group(1))  # type: ignore[union-attr]
+    errors = 0
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    if m:
+        errors += int(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        errors += sum(int(x) for x in m.groups())
+    return WrkResult(name, rps, p50, p99, errors)
+
+
+def pinned(core: int, cmd: list[str]) -> list[str]:
+    """Pin to one core when the machine has more than one."""
+    if (os.cpu_count() or 1) > 1 and shutil.which("taskset"):
+        return ["taskset", "-c", str(core), *cmd]
+    return cmd
+
+
+def run_wrk(name: str, port: int, seconds: float, connections: int, workdir: Path) -> WrkResult:
+    script = workdir / "review.lua"
+    script.write_text(LUA % json.dumps(review_body(HOT_TOKEN)))
+    base = ["wrk", "-t1", f"-c{connections}", "-s", str(script), "--latency"]
+    url = f"http://127.0.0.1:{port}"
+    # A short warm-up first: connection set-up, the cache entry, the JIT-less warm caches.
+    subprocess.run(pinned(1, [*base, "-d2s", url]), capture_output=True, check=True)
+    out = subprocess.run(
+        pinned(1, [*base, f"-d{int(seconds)}s", url]), capture_output=True, text=True, check=True
+    )
+    return parse_wrk(name, out.stdout)
+
+
+@contextmanager
+def process(cmd: list[str], port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc=proc, timeout=20)
+        yield proc
+    except Exception:
+        raise RuntimeError(f"{cmd[-3:]} did not start:\n{log.read_text()[-2000:]}") from None
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def gateway_cmd(config: dict[str, Any], port: int, workdir: Path, name: str) -> list[str]:
+    config = {**config, "server": {"host": "127.0.0.1", "port": port}}
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return pinned(0, [sys.executable, "-m", "authn_gateway", "serve", "--config", str(path)])
+
+
+def base_config(idp_url: str, **backend: Any) -> dict[str, Any]:
+    # Defaults everywhere (review log and metrics on) except the outbound bucket, which
+    # the cache-miss benchmark would otherwise hit: it measures latency, not the budget.
+    return {
+        "backends": [
+            {
+                "name": "idp",
+                "type": "userinfo",
+                "url": idp_url,
+                "bucket": {"rate": 100000.0, "burst": 100000},
+                **backend,
+            }
+        ]
+    }
+
+
+def warm(port: int) -> None:
+    r = httpx.post(
+        f"http://127.0.0.1:{port}/authenticate?timeout=30s", json=review_body(HOT_TOKEN), timeout=10
+    )
+    if '"authenticated":true' not in r.text.replace(" ", ""):
+        raise RuntimeError(f"warm-up review was not authenticated: {r.status_code} {r.text[:200]}")
+
+
+def throughput(
+    seconds: float, connections: int, workdir: Path, idp_url: str, redis_url: str | None
+) -> tuple[list[WrkResult], str | None]:
+    results: list[WrkResult] = []
+    for app in ("starlette", "raw"):
+        port = free_port()
+        cmd = pinned(0, [sys.executable, "-m", "loadtests.refapps", app, "--port", str(port)])
+        with process(cmd, port, workdir / f"ref-{app}.log"):
+            name = "bare starlette" if app == "starlette" else "raw ASGI + orjson"
+            results.append(run_wrk(name, port, seconds, connections, workdir))
+    port = free_port()
+    cmd = gateway_cmd(base_config(idp_url), port, workdir, "gw-local")
+    with process(cmd, port, workdir / "gw-local.log"):
+        warm(port)
+        results.append(run_wrk("gateway, local cache", port, seconds, connections, workdir))
+    # Where the budget goes: the same gateway without its per-review log line.
+    port = free_port()
+    config = {**base_config(idp_url), "logging": {"reviews": False}}
+    cmd = gateway_cmd(config, port, workdir, "gw-nolog")
+    with process(cmd, port, workdir / "gw-nolog.log"):
+        warm(port)
+        results.append(run_wrk("gateway, review log off", port, seconds, connections, workdir))
+    redis_note = None
+    if redis_url is not None:
+        port = free_port()
+        config = {**base_config(idp_url), "redis": {"url": redis_url}, "secret": SECRET}
+        cmd = gateway_cmd(config, port, workdir, "gw-redis")
+        try:
+            with process(cmd, port, workdir / "gw-redis.log"):
+                warm(port)
+                results.append(run_wrk("gateway, Redis tier", port, seconds, connections, workdir))
+        except RuntimeError as exc:
+            redis_note = f"Redis tier not measured: {str(exc).splitlines()[-1][:300]}"
+    return results, redis_note
+
+
+def miss_cost(workdir: Path, idp_url: str, idp_port: int, n: int) -> dict[str, float]:
+    """Median latency of a review of a never-seen token, and of the same call made directly."""
+    port = free_port()
+    cmd = gateway_cmd(base_config(idp_url), port, workdir, "gw-miss")
+    direct, through = [], []
+    with process(cmd, port, workdir / "gw-miss.log"), httpx.Client(timeout=10) as client:
+        warm(port)
+        url = f"http://127.0.0.1:{port}/authenticate?timeout=30s"
+        for i in range(n):
+            t0 = time.perf_counter()
+            client.get(idp_url, headers={"Authorization": f"Bearer good-direct{i}"})
+            t1 = time.perf_counter()
+            client.post(url, json=review_body(f"good-miss{i}"))
+            t2 = time.perf_counter()
+            direct.append((t1 - t0) * 1000)
+            through.append((t2 - t1) * 1000)
+    return {
+        "idp_direct_p50_ms": statistics.median(direct),
+        "review_miss_p50_ms": statistics.median(through),
+        "miss_overhead_p50_ms": statistics.median(through) - statistics.median(direct),
+        "samples": n,
+    }
+
+
+MEMORY_PROBE = r"""
+import gc, json, os, resource, sys, time, tracemalloc
+from authn_gateway.cache import MemoryStore, ReviewCache
+from authn_gateway.keys import TokenHasher
+from authn_gateway.settings import CacheSettings
+from backends.base import Authenticated, UserInfo
+
+n = int(sys.argv[1])
+def rss_kib():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+hasher = TokenHasher(b"bench-secret")
+cache = ReviewCache(CacheSettings(), MemoryStore(n))
+import asyncio
+gc.collect()
+rss0 = rss_kib()
+tracemalloc.start()
+async def fill():
+    now = time.time()
+    for i in range(n):
+        # What a userinfo/Keystone identity looks like: name, uid, a few groups.
+        groups = (f"team-{i % 50}", "developers", "viewers")
+        user = UserInfo(f"user-{i:06d}@example.com", f"{i:032x}", groups)
+        await cache.put(hasher.cache_key("idp", f"token-{i}", ()), Authenticated(user), now)
+asyncio.run(fill())
+gc.collect()
+traced, _ = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+print(json.dumps({"entries": len(cache.store), "tracemalloc_bytes": traced,
+                  "rss_delta_kib": rss_kib() - rss0}))
+"""
+
+
+def memory_per_entry(n: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(n)], capture_output=True, text=True, check=True
+    )
+    doc = json.loads(out.stdout)
+    return {
+        "entries": doc["entries"],
+        "bytes_per_entry_tracemalloc": doc["tracemalloc_bytes"] / doc["entries"],
+        "bytes_per_entry_rss": doc["rss_delta_kib"] * 1024 / doc["entries"],
+    }
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": str(os.cpu_count()),
+        "cpu": model,
+        "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Cache-hit, cache-miss and memory benchmarks.")
+    parser.add_argument("--seconds", type=float, default=10.0, help="wrk run length (10)")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--misses", type=int, default=500, help="cold reviews timed (500)")
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--no-redis", action="store_true", help="skip the Redis tier")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    for tool in ("wrk", *(() if args.no_redis else ("redis-server",))):
+        if shutil.which(tool) is None:
+            print(f"{tool} is not installed (Debian package {tool.split('-')[0]})", file=sys.stderr)
+            return 2
+    info = machine()
+    print(f"machine: {info['nproc']} CPUs, {info['cpu']}, Python {info['python']}, {info['date']}")
+    with tempfile.TemporaryDirectory(prefix="authn-bench-") as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        idp_port, control = free_port(), free_port()
+        idp_cmd = [sys.executable, "-m", "loadtests.fakes.idp", "--port", str(idp_port)]
+        idp_cmd += ["--control-port", str(control)]
+        stack.enter_context(process(pinned(1, idp_cmd), idp_port, workdir / "idp.log"))
+        idp_url = f"http://127.0.0.1:{idp_port}/userinfo"
+        redis_url = None
+        if not args.no_redis:
+            rport = free_port()
+            redis_cmd = ["redis-server", "--port", str(rport), "--bind", "127.0.0.1"]
+            redis_cmd += ["--save", "", "--appendonly", "no"]
+            stack.enter_context(process(pinned(1, redis_cmd), rport, workdir / "redis.log"))
+            redis_url = f"redis://127.0.0.1:{rport}/0"
+
+        results, redis_note = throughput(
+            args.seconds, args.connections, workdir, idp_url, redis_url
+        )
+        by = {r.name: r for r in results}
+        star, raw = by["bare starlette"], by["raw ASGI + orjson"]
+        rows = [["server (1 worker, core 0)", "reviews/s", "p50 ms", "p99 ms", "errors",
+                 "x starlette", "x raw", "p99 / raw p99"]]  # fmt: skip
+        for r in results:
+            ratios = [r.rps / star.rps, r.rps / raw.rps, r.p99_ms / raw.p99_ms]
+            rows.append(
+                [r.name, f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", str(r.errors)]
+                + [f"{x:.2f}" for x in ratios]
+            )
+        print(f"\ncache hits, wrk -t1 -c{args.connections} -d{args.seconds:g}s (core 1)")
+        print(table(rows))
+        if redis_note:
+            print(redis_note)
+        local = by.get("gateway, local cache")
+        shared = by.get("gateway, Redis tier")
+        if local and shared:
+            print(f"Redis tier / local: {shared.rps / local.rps:.2f} of the throughput")
+
+        miss = miss_cost(workdir, idp_url, idp_port, args.misses)
+        print(
+            f"\ncache miss (sequential, {miss['samples']} never-seen tokens): review p50 "
+            f"{miss['review_miss_p50_ms']:.2f} ms, the IdP call alone p50 "
+            f"{miss['idp_direct_p50_ms']:.2f} ms, so a miss costs "
+            f"{miss['miss_overhead_p50_ms']:.2f} ms over the IdP's own latency"
+        )
+    mem = memory_per_entry(args.entries)
+    print(
+        f"\nmemory at {mem['entries']:,} cached identities: "
+        f"{mem['bytes_per_entry_tracemalloc']:.0f} B/entry (tracemalloc), "
+        f"{mem['bytes_per_entry_rss']:.0f} B/entry (RSS delta)"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"machine": info, "throughput": [asdict(r) for r in results],
+                 "redis_note": redis_note, "miss": miss, "memory": mem},
+                indent=1,
+            )
+        )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
