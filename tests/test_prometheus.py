@@ -1,0 +1,290 @@
+"""The monitoring assets against the real thing: a Prometheus server scraping a running
+gateway, promtool on the scrape and on the alert rules, and the dashboard's queries."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from loadtests.fakes.idp import FakeIdP
+from tests.conftest import userinfo_backend
+from tests.support.procs import GatewayProcess, free_port, start_gateway, wait_for_port
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "base" / "prometheusrule.yaml"
+DASHBOARD = ROOT / "deploy" / "base" / "dashboard" / "grafana-dashboard.json"
+# The job name the ServiceMonitor gives (the metrics Service's name); the rules use it.
+JOB = "authn-gateway-metrics"
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is required (Debian package prometheus; scripts/test.sh installs it)")
+    return path
+
+
+def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ops_port(gw: GatewayProcess) -> int:
+    def find() -> int | None:
+        for line in gw.logs().splitlines():
+            if "ops listener" in line:
+                return int(line.rsplit(":", 1)[1])
+        return None
+
+    port: int = wait_until(find, 15, "the ops listener")
+    return port
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["spec"]["groups"]
+    return groups
+
+
+@dataclass
+class Stack:
+    idp: FakeIdP
+    gateway: GatewayProcess
+    metrics_port: int
+    prometheus: str
+
+    def query(self, expr: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=5)
+        body: dict[str, Any] = response.json()
+        return body
+
+    def value(self, expr: str) -> float | None:
+        result = self.query(expr)["data"]["result"]
+        return float(result[0]["value"][1]) if result else None
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("prometheus")
+    idp = FakeIdP(control_port=0).start_in_thread()
+    config = {
+        "server": {"ops": {"port": 0}},
+        "logging": {"reviews": False},
+        "backends": [
+            userinfo_backend(
+                idp, breaker={"fail_max": 2, "reset_timeout_seconds": 600, "half_open_probes": 1}
+            )
+        ],
+    }
+    gateway = start_gateway(config, workdir)
+    prometheus: subprocess.Popen[bytes] | None = None
+    try:
+        metrics_port = ops_port(gateway)
+        rules_file = workdir / "rules.yaml"
+        rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
+        prom_config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(rules_file)],
+            "scrape_configs": [
+                {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
+        port = free_port()
+        log = (workdir / "prometheus.log").open("wb")
+        prometheus = subprocess.Popen(
+            [
+                binary("prometheus"),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(port, timeout=30, proc=prometheus)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(
+            lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, what="Prometheus"
+        )
+        yield Stack(idp, gateway, metrics_port, url)
+    finally:
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(15)
+        gateway.stop()
+        idp.stop()
+
+
+def test_prometheus_sees_the_breaker_open_when_the_idp_fails(stack: Stack) -> None:
+    expr = 'authn_gateway_breaker_state{backend="idp",state="open"}'
+    # Scraped while the IdP is healthy: the breaker is closed.
+    assert stack.gateway.review("good-alice").json()["status"]["authenticated"] is True
+    wait_until(lambda: stack.value(expr) == 0, what="a scrape showing the breaker closed")
+
+    stack.idp.configure(status=500)
+    for i in range(3):
+        body = stack.gateway.review(f"good-user{i}").json()
+        assert body["status"]["authenticated"] is False
+        assert "error" in body["status"]
+    wait_until(lambda: stack.value(expr) == 1, what="a scrape showing the breaker open")
+
+    # Both states are in the stored series, closed first.
+    now = time.time()
+    series = httpx.get(
+        f"{stack.prometheus}/api/v1/query_range",
+        params={"query": expr, "start": now - 120, "end": now, "step": "1s"},
+        timeout=5,
+    ).json()["data"]["result"][0]["values"]
+    values = [float(v) for _, v in series]
+    assert values[0] == 0 and values[-1] == 1
+    assert values.index(1) > 0
+
+    # The alert rule, loaded into this Prometheus, is pending (it fires after 1 minute).
+    def breaker_alert() -> dict[str, Any] | None:
+        alerts = httpx.get(f"{stack.prometheus}/api/v1/alerts", timeout=5).json()
+        for alert in alerts["data"]["alerts"]:
+            if alert["labels"]["alertname"] == "AuthnGatewayBreakerOpen":
+                return dict(alert)
+        return None
+
+    alert = wait_until(breaker_alert, what="the AuthnGatewayBreakerOpen alert")
+    assert alert["labels"]["backend"] == "idp"
+    assert alert["state"] in ("pending", "firing")
+
+
+def test_a_real_scrape_passes_promtool_check_metrics(stack: Stack) -> None:
+    stack.gateway.review("good-bob")
+    stack.gateway.review("not-a-good-token")
+    scrape = httpx.get(f"http://127.0.0.1:{stack.metrics_port}/metrics", timeout=5).text
+    assert "authn_gateway_reviews_total" in scrape
+    result = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=scrape,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    result = subprocess.run(
+        [binary("promtool"), "check", "rules", str(rules_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = {rule["alert"] for group in rule_groups() for rule in group["rules"]}
+    assert names >= {
+        "AuthnGatewayBreakerOpen",
+        "AuthnGatewayServingStale",
+        "AuthnGatewayBackendUnavailable",
+        "AuthnGatewayRedisFallback",
+        "AuthnGatewayNoReviews",
+    }
+
+
+def _annotations(alert: str, labels: dict[str, str]) -> dict[str, str]:
+    rule = next(r for g in rule_groups() for r in g["rules"] if r["alert"] == alert)
+    out = {}
+    for key, template in rule["annotations"].items():
+        assert "$value" not in template, "this helper only expands $labels"
+        out[key] = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+    return out
+
+
+def _series(name: str, labels: dict[str, str]) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def test_breaker_alert_fires_only_after_a_minute_open(tmp_path: Path) -> None:
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    series = {"backend": "idp", "state": "closed", "pod": "gw-0"}
+    labels = {**series, "severity": "warning"}
+    # Closed for 15 s, then open (closed == 0) from t=15s on.
+    tests = {
+        "rule_files": [str(rules_file)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [
+                    {"series": _series("authn_gateway_breaker_state", series), "values": "1 0x7"},
+                    {"series": f'up{{job="{JOB}"}}', "values": "1x8"},
+                    {
+                        "series": 'authn_gateway_reviews_total{answer="authenticated"}',
+                        "values": "0+10x8",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "45s", "alertname": "AuthnGatewayBreakerOpen", "exp_alerts": []},
+                    {
+                        "eval_time": "90s",
+                        "alertname": "AuthnGatewayBreakerOpen",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": labels,
+                                "exp_annotations": _annotations("AuthnGatewayBreakerOpen", labels),
+                            }
+                        ],
+                    },
+                    {"eval_time": "90s", "alertname": "AuthnGatewayDown", "exp_alerts": []},
+                    {"eval_time": "90s", "alertname": "AuthnGatewayNoReviews", "exp_alerts": []},
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "tests.yaml"
+    test_file.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+
+
+def test_dashboard_and_rules_use_only_metrics_the_gateway_exports(stack: Stack) -> None:
+    scrape = httpx.get(f"http://127.0.0.1:{stack.metrics_port}/metrics", timeout=5).text
+    families = set(re.findall(r"^# TYPE (\S+) ", scrape, re.MULTILINE))
+    exprs = _dashboard_exprs() + [r["expr"] for g in rule_groups() for r in g["rules"]]
+    used = {name for e in exprs for name in re.findall(r"\bauthn_gateway_\w+", e)}
+    assert used
+    for name in used:
+        # Counters with samples are typed under the family name, without "_total".
+        family = re.sub(r"_(total|bucket|sum|count)$", "", name)
+        assert name in families or family in families, f"{name} is not exported"
+
+
+def test_every_dashboard_query_is_valid_promql(stack: Stack) -> None:
+    for expr in _dashboard_exprs():
+        concrete = expr.replace("$__rate_interval", "1m").replace("$namespace", ".*")
+        body = stack.query(concrete)
+        assert body["status"] == "success", (expr, body)
