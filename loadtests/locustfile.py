@@ -360,7 +360,7 @@ def _pct(sorted_values: list[float], q: float) -> float | None:
 # ---------------------------------------------------------------------------------
 
 if __name__ == "locustfile":
-    import gevent
+    import gevent  # type: ignore[import-untyped]
     from locust import constant_throughput, events, task
     from locust.contrib.fasthttp import FastHttpSession, FastHttpUser
 
@@ -376,7 +376,7 @@ if __name__ == "locustfile":
     _TIMELINE = Timeline(float(os.environ.get("LOADTEST_DEADLINE", "30")))
     _user_seq = iter(range(1 << 30))
 
-    @events.quitting.add_listener
+    @events.quitting.add_listener  # type: ignore[untyped-decorator]
     def _write_timeline(environment: Any, **_: Any) -> None:
         path = os.environ.get("LOADTEST_TIMELINE")
         if path:
@@ -398,7 +398,6 @@ if __name__ == "locustfile":
             super().__init__(environment)
             self.keystone = (
                 FastHttpSession(
-                    environment,
                     base_url=_REAUTH_URL,
                     request_event=environment.events.request,
                     user=self,
@@ -480,7 +479,8 @@ if __name__ == "locustfile":
                 },
                 name="keystone reauth",
             )
-            new = resp.headers.get("x-subject-token") if resp.headers else None
+            header = resp.headers.get("x-subject-token") if resp.headers else None
+            new = header if isinstance(header, str) else None
             if new and hot_index is not None:
                 _TOKENS.replaced[hot_index] = new
             elif new:
