@@ -220,9 +220,10 @@ def _series(name: str, labels: dict[str, str]) -> str:
 def test_breaker_alert_fires_only_after_a_minute_open(tmp_path: Path) -> None:
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
-    series = {"backend": "idp", "state": "closed", "pod": "gw-0"}
-    labels = {**series, "severity": "warning"}
-    # Closed for 15 s, then open (closed == 0) from t=15s on.
+    labels = {"backend": "idp", "pod": "gw-0", "severity": "warning"}
+    # Closed until t=15s, then open, with a half-open probe at t=45s that fails: the
+    # flip must not restart the minute.
+    states = {"closed": "1 0x7", "open": "0 1 1 0 1 1 1 1", "half-open": "0 0 0 1 0 0 0 0"}
     tests = {
         "rule_files": [str(rules_file)],
         "evaluation_interval": "15s",
@@ -230,7 +231,16 @@ def test_breaker_alert_fires_only_after_a_minute_open(tmp_path: Path) -> None:
             {
                 "interval": "15s",
                 "input_series": [
-                    {"series": _series("authn_gateway_breaker_state", series), "values": "1 0x7"},
+                    *(
+                        {
+                            "series": _series(
+                                "authn_gateway_breaker_state",
+                                {"backend": "idp", "state": state, "pod": "gw-0"},
+                            ),
+                            "values": values,
+                        }
+                        for state, values in states.items()
+                    ),
                     {"series": f'up{{job="{JOB}"}}', "values": "1x8"},
                     {
                         "series": 'authn_gateway_reviews_total{answer="authenticated"}',
