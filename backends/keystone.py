@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
@@ -251,6 +251,20 @@ def _template_problem(template: str, allowed: set[str]) -> str | None:
     return None
 
 
+async def resend_if_dropped(send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+    """Send; once more if the server had silently closed the pooled connection.
+
+    uWSGI's http-socket (Keystone's usual server) answers HTTP/1.1 without
+    "Connection: close" and then closes. A request sent on that socket before the FIN
+    arrives gets no answer at all; it was never processed, so it is sent again, once,
+    on a fresh connection. Any other failure is Keystone's and is not retried.
+    """
+    try:
+        return await send()
+    except httpx.RemoteProtocolError:
+        return await send()
+
+
 # --- the service token ---------------------------------------------------------------
 
 
@@ -298,14 +312,9 @@ class ServiceToken:
         self.logins = 0
 
     async def start(self) -> None:
-        result = await self._login()
-        if isinstance(result, Unavailable):
-            # Not fatal: Keystone may come back; the refresher and reviews retry with backoff.
-            log.warning(
-                "backend %s: no service token at start (%s); retrying in the background",
-                self._name,
-                result.reason,
-            )
+        # In the background: a Keystone outage must neither fail nor hold up the gateway's
+        # start (it would rather answer from its cache); early reviews join this login.
+        self._flight = asyncio.create_task(self._authenticate())
         self._refresher = asyncio.create_task(self._refresh_loop(), name=f"keystone-{self._name}")
 
     async def close(self) -> None:
@@ -361,10 +370,12 @@ class ServiceToken:
         started = self._clock()
         try:
             async with asyncio.timeout(self._deadline):
-                response = await self._client.post(
-                    "auth/tokens",
-                    params={"nocatalog": "1"},
-                    json=self._credentials.auth_request(),
+                response = await resend_if_dropped(
+                    lambda: self._client.post(
+                        "auth/tokens",
+                        params={"nocatalog": "1"},
+                        json=self._credentials.auth_request(),
+                    )
                 )
         except TimeoutError:
             return self._failed(Unavailable("service login: no answer in time"))
@@ -400,8 +411,8 @@ class ServiceToken:
         value = response.headers.get("x-subject-token", "")
         try:
             body = response.json()["token"]
-            issued = _parse_time(body["issued_at"])
-            expires = _parse_time(body["expires_at"])
+            issued = parse_keystone_time(body["issued_at"])
+            expires = parse_keystone_time(body["expires_at"])
         except (ValueError, KeyError, TypeError):
             return Unavailable("service login: Keystone sent an unreadable token body")
         lifetime = expires - issued
@@ -563,7 +574,7 @@ class KeystoneBackend(Backend):
             if isinstance(service, Unavailable):
                 return service
             try:
-                response = await send(service)
+                response = await resend_if_dropped(functools.partial(send, service))
             except httpx.HTTPError as exc:
                 return transport_failure(exc)
             if response.status_code != 401:
@@ -649,7 +660,7 @@ def map_identity(
             "user_domain_name": str(domain.get("name", "")),
             "user_domain_id": str(domain.get("id", "")),
         }
-        expires_at = _parse_time(token["expires_at"])
+        expires_at = parse_keystone_time(token["expires_at"])
         roles = tuple(str(r["name"]) for r in token.get("roles") or ())
     except (KeyError, TypeError, ValueError, AttributeError):
         return Unavailable("Keystone sent an unreadable token body")
@@ -694,8 +705,10 @@ def map_identity(
     )
 
 
-def _parse_time(value: Any) -> float:
-    """Keystone's ``2026-11-30T15:16:33.000000Z`` as Unix time."""
+def parse_keystone_time(value: Any) -> float:
+    """Keystone's ``2026-11-30T15:16:33.000000Z`` (UTC) as Unix time."""
     if not isinstance(value, str):
         raise ValueError("not a time")
-    return datetime.fromisoformat(value).timestamp()
+    when = datetime.fromisoformat(value)
+    # Tokens capped by an application credential's expiry come without the "Z".
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
