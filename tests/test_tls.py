@@ -248,6 +248,7 @@ def gateways(tmp_path: Path) -> Iterator[Any]:
         # The listening socket is bound before start-up completes; wait until ready.
         wait_until(
             lambda: "Application startup complete" in gw.logs() or gw.proc.poll() is not None,
+            timeout=30,
             what="start-up",
         )
         return gw
