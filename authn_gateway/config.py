@@ -8,6 +8,7 @@ whose lines name the file and the field, e.g.
 from __future__ import annotations
 
 import ipaddress
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +31,7 @@ BackendConfig = Annotated[
 BACKEND_TYPES = ("static", "userinfo", "keystone", "ldap", "gitlab")
 
 EMBEDDED_DEFAULT = "default.yaml"
+SECRET_ENV = "AUTHN_GATEWAY_SECRET"
 
 
 class ConfigError(Exception):
@@ -167,6 +169,38 @@ class AdminSettings(Strict):
         return self
 
 
+class RedisSettings(Strict):
+    """Fleet mode: replicas share cache, breaker state, buckets and coalescing leases."""
+
+    # redis://, rediss:// (TLS) or unix:// URL. Credentials may be in the URL.
+    url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    # Sentinel instead of url: "host:port" of each sentinel, and the master's name.
+    sentinels: list[str] = Field(default_factory=list)
+    sentinel_master: str = "mymaster"
+    # Redis Cluster: url names one node; the client discovers the rest.
+    cluster: bool = False
+    password: Secret | None = None
+    key_prefix: str = Field(default="authn-gw", pattern=r"^[A-Za-z0-9:_-]+$")
+    # Every Redis call's deadline. Past it the gateway carries on with local state.
+    timeout_seconds: PositiveFloat = 0.1
+    # While Redis is unreachable, how often to try it again.
+    retry_seconds: PositiveFloat = 1.0
+    # How often each replica reads the shared breaker states.
+    breaker_sync_seconds: PositiveFloat = 0.25
+    # While Redis is down each replica's outbound bucket runs at R / expected_replicas.
+    expected_replicas: int = Field(default=3, ge=1)
+    # Longest a replica waits for another replica's call on the same cold token.
+    coalesce_wait_seconds: PositiveFloat = 3.0
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RedisSettings:
+        if (self.url is None) == (not self.sentinels):
+            raise ValueError("set exactly one of url or sentinels")
+        if self.cluster and self.sentinels:
+            raise ValueError("cluster: cannot be combined with sentinels")
+        return self
+
+
 class GatewayConfig(Strict):
     # HMAC key for cache keys and token hash prefixes. Random per process when unset.
     secret: Secret | None = None
@@ -181,7 +215,18 @@ class GatewayConfig(Strict):
     admin: AdminSettings = Field(default_factory=AdminSettings)
     # Rejects Kubernetes service-account JWTs locally; kube-apiserver checks those itself.
     reject_service_account_tokens: bool = True
+    # Fleet mode; in-memory state per process when unset.
+    redis: RedisSettings | None = None
     backends: list[BackendConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _fleet_needs_a_shared_secret(self) -> GatewayConfig:
+        if self.redis is not None and self.secret is None and not os.environ.get(SECRET_ENV):
+            raise ValueError(
+                f"secret: required when redis is configured: every replica must use the "
+                f"same secret for cache keys and entry signatures (or set {SECRET_ENV})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_backends(self) -> GatewayConfig:

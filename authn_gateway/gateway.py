@@ -10,7 +10,7 @@ from backends.base import Backend
 from .breaker import Breaker
 from .bucket import InboundLimiter, TokenBucket
 from .cache import ReviewCache
-from .config import GatewayConfig
+from .config import SECRET_ENV, GatewayConfig
 from .keys import TokenHasher
 from .metrics import Metrics
 from .pipeline import GuardedBackend, Pipeline
@@ -19,8 +19,6 @@ from .settings import BackendSettings
 from .state import LocalState, StateFactory
 
 log = logging.getLogger(__name__)
-
-SECRET_ENV = "AUTHN_GATEWAY_SECRET"
 
 
 def gateway_secret(config: GatewayConfig) -> bytes | None:
@@ -42,7 +40,7 @@ class Gateway:
         self.config = config
         self.metrics = metrics or Metrics()
         self.hasher = TokenHasher(gateway_secret(config))
-        self.state = state or LocalState(config.cache.max_entries)
+        self.state = state or self._state_for(config)
         self.backends: list[Backend] = [b.build() for b in config.backends]
         guarded = [self._guard(s, b) for s, b in zip(config.backends, self.backends, strict=True)]
         by_name = {g.name: g for g in guarded}
@@ -65,21 +63,31 @@ class Gateway:
         )
         self.ready = False
 
+    def _state_for(self, config: GatewayConfig) -> StateFactory:
+        if config.redis is None:
+            return LocalState(config.cache.max_entries)
+        from .fleet import FleetState
+
+        return FleetState(config.redis, self.hasher, self.metrics, config.cache.max_entries)
+
     def _guard(self, settings: BackendSettings, backend: Backend) -> GuardedBackend:
         name = backend.name
+        deadline = settings.timeouts.total_seconds
         breaker = Breaker(
             name,
             settings.breaker.fail_max,
             settings.breaker.reset_timeout_seconds,
-            self.state.probe_permits(name, settings.breaker.half_open_probes),
+            # A probe's permit outlives its call by a margin, then frees itself.
+            self.state.probe_permits(name, settings.breaker.half_open_probes, deadline + 1.0),
             self.state.breaker_storage(name),
             on_transition=self.metrics.breaker_transition,
         )
+        self.state.watch_breaker(name, breaker.refresh)
         self.metrics.set_breaker_state(name, breaker.state)
         return GuardedBackend(
             backend,
             cache=ReviewCache(self.config.cache_for(settings), self.state.cache_store()),
-            flights=self.state.flights(name, self.metrics.coalesced.labels(name).inc),
+            flights=self.state.flights(name, deadline, self.metrics.coalesced.labels(name).inc),
             breaker=breaker,
             bucket=TokenBucket(
                 f"bucket:{name}",
@@ -88,7 +96,7 @@ class Gateway:
                 self.state.bucket_store(),
             ),
             max_wait=settings.bucket.max_wait_seconds,
-            call_deadline=settings.timeouts.total_seconds,
+            call_deadline=deadline,
             rules=settings.token_rules,
             audiences=tuple(settings.audiences or self.config.audiences),
             hasher=self.hasher,

@@ -28,9 +28,15 @@ class StateFactory(Protocol):
 
     def breaker_storage(self, backend: str) -> pybreaker.CircuitBreakerStorage: ...
 
-    def probe_permits(self, backend: str, limit: int) -> ProbePermits: ...
+    def probe_permits(self, backend: str, limit: int, ttl: float) -> ProbePermits: ...
 
-    def flights(self, backend: str, on_join: Callable[[], None]) -> SingleFlight[Verdict]: ...
+    def flights(
+        self, backend: str, deadline: float, on_join: Callable[[], None]
+    ) -> SingleFlight[Verdict]: ...
+
+    def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
+        """``refresh`` is called when another replica changed this backend's breaker."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -51,11 +57,16 @@ class LocalState:
     def breaker_storage(self, backend: str) -> pybreaker.CircuitBreakerStorage:
         return pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
 
-    def probe_permits(self, backend: str, limit: int) -> ProbePermits:
+    def probe_permits(self, backend: str, limit: int, ttl: float) -> ProbePermits:
         return LocalProbePermits(limit)
 
-    def flights(self, backend: str, on_join: Callable[[], None]) -> SingleFlight[Verdict]:
+    def flights(
+        self, backend: str, deadline: float, on_join: Callable[[], None]
+    ) -> SingleFlight[Verdict]:
         return SingleFlight(on_join)
+
+    def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
+        return None
 
     async def start(self) -> None:
         return None

@@ -1,0 +1,149 @@
+"""The shared cache tier: a local LRU in front of Redis, with signed entries.
+
+Hot hits never leave the process (a Redis GET costs ~40-100 us of CPU, more than
+a whole cached review). Redis is read on a local miss or when the local entry is
+no longer fresh, and written on every cacheable backend answer, with the entry's
+remaining lifetime as its TTL, so a new or restarted replica starts warm.
+
+Write access to Redis must not let anyone mint an identity. Each value is
+``HMAC(secret, key || payload) || payload``; binding the key stops an attacker
+from copying a valid entry under the key of a token they hold. Values that do not
+verify are ignored, counted and logged. Keys are keyed hashes; values carry no token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from backends.base import Authenticated, Rejected, UserInfo
+
+from .cache import CacheEntry, MemoryStore
+from .coalesce import SingleFlight
+from .keys import TokenHasher
+from .metrics import Metrics
+from .redis_link import RedisDown, RedisLink
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_BYTES = 32
+
+
+class EntryCodec:
+    def __init__(self, hasher: TokenHasher) -> None:
+        self._hasher = hasher
+
+    def encode(self, key: bytes, entry: CacheEntry) -> bytes:
+        outcome = entry.outcome
+        doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until}
+        if isinstance(outcome, Authenticated):
+            user = outcome.user
+            doc.update(
+                k="a",
+                u=user.username,
+                i=user.uid,
+                g=list(user.groups),
+                x={k: list(v) for k, v in user.extra.items()},
+                e=outcome.expires_at,
+            )
+        else:
+            doc.update(k="r", r=outcome.reason)
+        payload = orjson.dumps(doc)
+        return self._hasher.sign(key + payload) + payload
+
+    def decode(self, key: bytes, raw: bytes) -> CacheEntry | None:
+        """The entry, or None when the value is unsigned, tampered or malformed."""
+        signature, payload = raw[:SIGNATURE_BYTES], raw[SIGNATURE_BYTES:]
+        if len(signature) != SIGNATURE_BYTES or not hmac.compare_digest(
+            signature, self._hasher.sign(key + payload)
+        ):
+            return None
+        try:
+            doc = orjson.loads(payload)
+            outcome: Authenticated | Rejected
+            if doc["k"] == "a":
+                user = UserInfo(
+                    doc["u"], doc["i"], tuple(doc["g"]), {k: tuple(v) for k, v in doc["x"].items()}
+                )
+                outcome = Authenticated(user, doc["e"])
+            else:
+                outcome = Rejected(doc["r"])
+            return CacheEntry(outcome, float(doc["f"]), float(doc["s"]))
+        except (ValueError, KeyError, TypeError):
+            # Signed by us but unreadable: a newer version's format, never attacker input.
+            return None
+
+
+class TieredCacheStore:
+    def __init__(
+        self,
+        local: MemoryStore,
+        link: RedisLink,
+        codec: EntryCodec,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.local = local
+        self._link = link
+        self._codec = codec
+        self._metrics = metrics
+        self._clock = clock
+        self._reads: SingleFlight[CacheEntry | None] = SingleFlight()
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+    def _redis_key(self, key: bytes) -> str:
+        return self._link.key("cache", key.hex())
+
+    async def get(self, key: bytes) -> CacheEntry | None:
+        now = self._clock()
+        entry = self.local.get_now(key, now)
+        if entry is not None and now < entry.fresh_until:
+            return entry
+        remote = await self.get_shared(key)
+        if remote is None or remote.stale_until <= now:
+            return entry
+        if entry is None or remote.fresh_until > entry.fresh_until:
+            self.local.put_now(key, remote)
+            return remote
+        return entry
+
+    async def get_shared(self, key: bytes) -> CacheEntry | None:
+        """The entry in Redis only, verified; None when absent, bad or Redis is down."""
+        if not self._link.shared:
+            return None
+        # A burst of reviews of one cold token makes one Redis read, not one each.
+        return await self._reads.do(key, lambda: self._fetch(key))
+
+    async def _fetch(self, key: bytes) -> CacheEntry | None:
+        redis_key = self._redis_key(key)
+        try:
+            raw = await self._link.run("cache_get", lambda r: r.get(redis_key))
+        except RedisDown:
+            return None
+        if raw is None:
+            return None
+        entry = self._codec.decode(key, raw)
+        if entry is None:
+            self._metrics.cache_rejected_entries.inc()
+            log.warning(
+                "redis: ignored a cache entry that fails its signature check (key %s)",
+                key.hex()[:12],
+            )
+        return entry
+
+    async def put(self, key: bytes, entry: CacheEntry) -> None:
+        self.local.put_now(key, entry)
+        ttl_ms = int((entry.stale_until - self._clock()) * 1000)
+        if ttl_ms <= 0 or not self._link.shared:
+            return
+        value = self._codec.encode(key, entry)
+        redis_key = self._redis_key(key)
+        # If Redis is down the local tier has it; other replicas ask the IdP themselves.
+        await self._link.best_effort("cache_set", lambda r: r.set(redis_key, value, px=ttl_ms))
