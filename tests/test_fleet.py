@@ -231,3 +231,31 @@ async def test_gateway_starts_and_serves_with_redis_down(
     answers = await reviews(gw, ["good-alice"] * 5)
     assert all(a.review["authenticated"] for a in answers)
     assert metric_value(metrics(gw), "authn_gateway_redis_mode", mode="local") == 1
+
+
+async def test_half_open_probes_are_limited_fleet_wide(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    replicas = fleet(
+        gateway_factory,
+        fleet_config(
+            fake_idp,
+            redis_server,
+            breaker={"fail_max": 2, "reset_timeout_seconds": 1.5, "half_open_probes": 1},
+        ),
+    )
+    fake_idp.configure(status=500)
+    await reviews(replicas[0], ["good-x1", "good-x2"], concurrency=1)
+    await asyncio.sleep(0.4)
+    fake_idp.reset_stats()
+    # Every replica is flooded across the reset: the IdP sees one probe in total.
+    fake_idp.configure(status=500, latency=0.3)
+    started = time.monotonic()
+    while time.monotonic() - started < 2.5:
+        await asyncio.gather(
+            *(
+                reviews(gw, [f"good-{gw.port}-{time.monotonic_ns()}-{i}" for i in range(20)])
+                for gw in replicas
+            )
+        )
+    assert fake_idp.calls == 1

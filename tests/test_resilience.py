@@ -266,3 +266,41 @@ async def test_every_review_is_answered_within_the_deadline_when_the_idp_hangs(
     assert all("error" in body["status"] for _, body, _ in results)
     # 1 s backend deadline; the review answers right after it.
     assert max(seconds for _, _, seconds in results) < 2.5
+
+
+async def test_operators_can_force_a_breaker_open_and_release_it(
+    fake_idp: FakeIdP, gateway_factory: Start
+) -> None:
+    gw = gateway_factory(
+        {
+            "admin": {"enabled": True, "token": "admin-secret"},
+            "backends": [userinfo_backend(fake_idp)],
+        }
+    )
+    admin = {"Authorization": "Bearer admin-secret"}
+    url = f"{gw.url}/admin/breakers"
+    assert httpx.get(url).status_code == 401
+    assert (
+        httpx.post(f"{url}/idp/force-open", headers={"Authorization": "Bearer no"}).status_code
+        == 401
+    )
+    assert httpx.post(f"{url}/nope/force-open", headers=admin).status_code == 404
+    assert httpx.post(f"{url}/idp/explode", headers=admin).status_code == 400
+
+    assert httpx.post(f"{url}/idp/force-open", headers=admin).json() == {"idp": "forced_open"}
+    results = await storm(gw, [f"good-u{i}" for i in range(20)])
+    assert all(body["status"]["error"] == "idp: circuit breaker open" for _, body, _ in results)
+    assert fake_idp.calls == 0
+    assert breaker_state_forced(gw) == "forced_open"
+
+    assert httpx.post(f"{url}/idp/release", headers=admin).json() == {"idp": "closed"}
+    assert gw.review("good-alice").json()["status"]["authenticated"] is True
+    assert httpx.get(url, headers=admin).json() == {"idp": "closed"}
+
+
+def breaker_state_forced(gw: GatewayProcess) -> str:
+    text = httpx.get(f"{gw.url}/metrics").text
+    for state in ("forced_open", "forced_closed"):
+        if metric_value(text, "authn_gateway_breaker_state", backend="idp", state=state) == 1:
+            return state
+    return "none"
