@@ -1,0 +1,79 @@
+"""What one Redis operation costs the gateway process, on this machine.
+
+Prints client CPU and wall time per operation for the calls fleet mode makes:
+a cache GET, the GCRA bucket script, the probe-permit script, and the pipelined
+breaker sync. These figures decided which calls may sit on the review hot path
+(none) and how often to poll breaker state (docs/decisions.md, "Fleet mode").
+
+    python -m loadtests.redis_costs            # starts its own redis-server
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as redis
+
+from authn_gateway.fleet import GCRA_TAKE, PROBE_ACQUIRE
+from tests.support.procs import free_port, wait_for_port
+
+N = 5000
+
+
+async def measure(label: str, op: Callable[[], Awaitable[Any]]) -> None:
+    for _ in range(200):
+        await op()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(N):
+        await op()
+    cpu_us = (time.process_time() - cpu) / N * 1e6
+    wall_us = (time.perf_counter() - wall) / N * 1e6
+    print(f"{label:<40} {cpu_us:8.1f} us CPU {wall_us:8.1f} us wall")
+
+
+async def main(port: int) -> None:
+    r = redis.Redis(port=port)
+    await r.set("k", b"x" * 300)
+    keys = [f"breaker:{i}" for i in range(4)]
+    for k in keys:
+        await r.hset(k, mapping={"state": "closed", "opened_at": "0", "updated_at": "1"})
+
+    async def sync() -> None:
+        pipe = r.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(k)
+        await pipe.execute()
+
+    print(f"per operation, mean of {N}:")
+    await measure("cache GET (300-byte entry)", lambda: r.get("k"))
+    await measure(
+        "GCRA bucket script (EVAL)", lambda: r.eval(GCRA_TAKE, 1, "b", "0.000001", 10**9, "0")
+    )
+    await measure(
+        "probe permit script (EVAL)", lambda: r.eval(PROBE_ACQUIRE, 1, "p", 10**9, 1000, "m")
+    )
+    await measure("breaker sync, 4 backends (pipelined)", sync)
+    await r.aclose()
+
+
+if __name__ == "__main__":
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", tmp],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(port)
+            asyncio.run(main(port))
+        finally:
+            proc.kill()
