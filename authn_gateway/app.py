@@ -169,10 +169,13 @@ class ReviewEndpoint:
 
         elapsed = time.perf_counter() - started
         self.metrics.review(review.api_version, verdict.backend, answer, elapsed)
+        if self.review_log is None and self.audit_log is None:
+            return
+        token_id = self.gateway.hasher.token_id(review.token)
         if self.review_log is not None:
             user = outcome.user.username if isinstance(outcome, Authenticated) else None
             self.review_log.write(
-                token=self.gateway.hasher.token_id(review.token),
+                token=token_id,
                 answer=answer,
                 backend=verdict.backend,
                 ms=round(elapsed * 1000, 2),
@@ -188,7 +191,7 @@ class ReviewEndpoint:
                 backend=verdict.backend,
                 answer=answer,
                 outcome=outcome,
-                token_id=self.gateway.hasher.token_id(review.token),
+                token_id=token_id,
                 stale=verdict.stale,
             )
 

@@ -19,6 +19,13 @@ FLUSH_INTERVAL = 0.1
 MAX_BUFFERED = 512
 
 
+def _logfmt(value: Any) -> str:
+    text = str(value)
+    if " " in text or '"' in text or "=" in text:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
 class ReviewLog:
     def __init__(self, fmt: str = "text", stream: IO[str] | None = None) -> None:
         self._json = fmt == "json"
@@ -30,7 +37,9 @@ class ReviewLog:
         if self._json:
             line = orjson.dumps({"time": round(time.time(), 3), "msg": "review", **fields}).decode()
         else:
-            line = "review " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+            line = "review " + " ".join(
+                f"{k}={_logfmt(v)}" for k, v in fields.items() if v is not None
+            )
         self._buffer.append(line)
         if len(self._buffer) >= MAX_BUFFERED:
             self.flush()
