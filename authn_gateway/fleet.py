@@ -18,6 +18,7 @@ the measurements behind them are in docs/decisions.md ("Fleet mode").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -147,9 +148,8 @@ class SharedBreakerStorage(pybreaker.CircuitMemoryStorage):  # type: ignore[misc
         self._write_pending = False
         opened = self._opened_at.timestamp() if self._opened_at is not None else 0.0
         args = (self._state, repr(opened), repr(self.updated_at))
-        await self._link.best_effort(
-            "breaker_write", lambda r: r.eval(BREAKER_WRITE, 1, self.key, *args)
-        )
+        with contextlib.suppress(RedisDown):
+            await self._link.script("breaker_write", BREAKER_WRITE, [self.key], list(args))
 
     def apply_remote(self, fields: dict[bytes, bytes]) -> bool:
         """Adopt a newer state written by another replica; True if anything changed."""
@@ -187,9 +187,8 @@ class RedisProbePermits:
             return self._local.acquire_now()
         permit = f"{REPLICA_ID}-{secrets.token_hex(4)}"
         try:
-            got = await self._link.run(
-                "probe_acquire",
-                lambda r: r.eval(PROBE_ACQUIRE, 1, self._key, self._limit, self._ttl_ms, permit),
+            got = await self._link.script(
+                "probe_acquire", PROBE_ACQUIRE, [self._key], [self._limit, self._ttl_ms, permit]
             )
         except RedisDown:
             return self._local.acquire_now()
@@ -218,11 +217,8 @@ class RedisBucketStore:
         if self._link.shared:
             redis_key = self._link.key(key)
             try:
-                wait = await self._link.run(
-                    "bucket_take",
-                    lambda r: r.eval(
-                        GCRA_TAKE, 1, redis_key, repr(interval), burst, repr(max_wait)
-                    ),
+                wait = await self._link.script(
+                    "bucket_take", GCRA_TAKE, [redis_key], [repr(interval), burst, repr(max_wait)]
                 )
             except RedisDown:
                 pass
@@ -301,9 +297,8 @@ class FleetFlight(SingleFlight[Verdict]):
 
     async def _release(self, lease: str) -> None:
         # If Redis is down the lease expires on its own.
-        await self._link.best_effort(
-            "lease_release", lambda r: r.eval(LEASE_RELEASE, 1, lease, REPLICA_ID)
-        )
+        with contextlib.suppress(RedisDown):
+            await self._link.script("lease_release", LEASE_RELEASE, [lease], [REPLICA_ID])
 
 
 class FleetState:

@@ -72,6 +72,7 @@ class RedisLink:
         self.shared = True
         self._recovery: asyncio.Task[None] | None = None
         self._on_resume: list[Callable[[], None]] = []
+        self._scripts: dict[str, Any] = {}
         self._set_mode_metric()
 
     def key(self, *parts: str) -> str:
@@ -95,6 +96,13 @@ class RedisLink:
             raise RedisDown from None
         self._metrics.redis_latency.labels(op).observe(time.perf_counter() - started)
         return result
+
+    async def script(self, op: str, source: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a Lua script by its SHA (EVALSHA, loading it on first use), under the deadline."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.client.register_script(source)
+        return await self.run(op, lambda r: script(keys=keys, args=args, client=r))
 
     async def best_effort(self, op: str, call: Callable[[Any], Awaitable[T]]) -> T | None:
         """Like :meth:`run`, for writes whose loss only costs sharing: None if Redis is down."""

@@ -50,13 +50,15 @@ async def main(port: int) -> None:
             pipe.hgetall(k)
         await pipe.execute()
 
+    gcra = r.register_script(GCRA_TAKE)
+    probe = r.register_script(PROBE_ACQUIRE)
     print(f"per operation, mean of {N}:")
     await measure("cache GET (300-byte entry)", lambda: r.get("k"))
     await measure(
-        "GCRA bucket script (EVAL)", lambda: r.eval(GCRA_TAKE, 1, "b", "0.000001", 10**9, "0")
+        "GCRA bucket script (EVALSHA)", lambda: gcra(keys=["b"], args=["0.000001", 10**9, "0"])
     )
     await measure(
-        "probe permit script (EVAL)", lambda: r.eval(PROBE_ACQUIRE, 1, "p", 10**9, 1000, "m")
+        "probe permit script (EVALSHA)", lambda: probe(keys=["p"], args=[10**9, 1000, "m"])
     )
     await measure("breaker sync, 4 backends (pipelined)", sync)
     await r.aclose()
