@@ -49,7 +49,13 @@ class ProbePermits(Protocol):
         """A permit id, or None when all K are taken."""
         ...
 
-    def release(self, permit: str) -> None: ...
+    def release(self, permit: str) -> None:
+        """The probe was not made after all (for example the bucket refused it)."""
+        ...
+
+    def spent(self, permit: str) -> None:
+        """The probe was made and its outcome recorded."""
+        ...
 
 
 class LocalProbePermits:
@@ -68,6 +74,10 @@ class LocalProbePermits:
 
     def release(self, permit: str) -> None:
         self._in_flight = max(0, self._in_flight - 1)
+
+    def spent(self, permit: str) -> None:
+        # In one process the outcome moved the breaker before this runs: free the slot.
+        self.release(permit)
 
 
 class _Unhealthy(Exception):
@@ -161,7 +171,8 @@ class Breaker:
 
     def record(self, ticket: Admission, outcome: Outcome) -> None:
         """Feed one finished call's outcome to the state machine."""
-        self.release(ticket)
+        if ticket.permit is not None:
+            self._probes.spent(ticket.permit)
         if self.override is not Override.NONE:
             return
         try:

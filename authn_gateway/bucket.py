@@ -41,9 +41,13 @@ def gcra(
     new_tat = max(tat, now) + interval
     allow_at = new_tat - burst * interval
     wait = allow_at - now
-    if wait > max_wait:
+    # The tolerance absorbs float rounding, which could refuse an idle bucket's first call.
+    if wait > max_wait + EPSILON:
         return tat, None
     return new_tat, max(0.0, wait)
+
+
+EPSILON = 1e-9
 
 
 class BucketStore(Protocol):

@@ -80,7 +80,7 @@ local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 local new_tat = tat + interval
 local wait = new_tat - burst * interval - now
-if wait > max_wait then return '-1' end
+if wait > max_wait + 1e-9 then return '-1' end
 redis.call('SET', KEYS[1], string.format('%.6f', new_tat), 'PX',
            math.ceil((new_tat - now) * 1000) + 1000)
 if wait < 0 then wait = 0 end
@@ -203,6 +203,13 @@ class RedisProbePermits:
         self._background.spawn(
             self._link.best_effort("probe_release", lambda r: r.zrem(self._key, permit))
         )
+
+    def spent(self, permit: str) -> None:
+        # Keep the member until it expires: another replica may still see "half-open"
+        # for up to one sync period after this probe reopened or closed the breaker, and
+        # must not take a second probe in the meantime.
+        if permit == "local":
+            self._local.release(permit)
 
 
 class RedisBucketStore:

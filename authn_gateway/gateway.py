@@ -83,18 +83,17 @@ class Gateway:
             on_transition=self.metrics.breaker_transition,
         )
         self.state.watch_breaker(name, breaker.refresh)
+        bucket = TokenBucket(
+            f"bucket:{name}", settings.bucket.rate, settings.bucket.burst, self.state.bucket_store()
+        )
+        backend.call_budget = bucket
         self.metrics.set_breaker_state(name, breaker.state)
         return GuardedBackend(
             backend,
             cache=ReviewCache(self.config.cache_for(settings), self.state.cache_store()),
             flights=self.state.flights(name, deadline, self.metrics.coalesced.labels(name).inc),
             breaker=breaker,
-            bucket=TokenBucket(
-                f"bucket:{name}",
-                settings.bucket.rate,
-                settings.bucket.burst,
-                self.state.bucket_store(),
-            ),
+            bucket=bucket,
             max_wait=settings.bucket.max_wait_seconds,
             call_deadline=deadline,
             rules=settings.token_rules,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,12 @@ class Unavailable:
 Outcome = Authenticated | Rejected | Unavailable
 
 
+class CallBudget(Protocol):
+    """The backend's outbound token bucket, as the pipeline holds it."""
+
+    async def acquire(self, max_wait: float = 0.0) -> bool: ...
+
+
 class Backend(abc.ABC):
     """An identity provider adapter.
 
@@ -73,6 +80,10 @@ class Backend(abc.ABC):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: The pipeline pays for each review's first call to the IdP. A backend that
+        #: makes further calls for one review (group pages, token info) takes a token
+        #: from this budget for each, so they count against the same rate.
+        self.call_budget: CallBudget | None = None
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections, load files, obtain service credentials."""

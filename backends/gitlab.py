@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import httpx
 from cachetools import TTLCache
@@ -118,12 +118,6 @@ class GitLabSettings(BackendSettings):
         return GitLabBackend(self)
 
 
-class OutboundBudget(Protocol):
-    """The backend's outbound token bucket (:class:`authn_gateway.bucket.TokenBucket`)."""
-
-    async def acquire(self, max_wait: float = 0.0) -> bool: ...
-
-
 class GitLabBackend(Backend):
     kind = "gitlab"
 
@@ -139,9 +133,6 @@ class GitLabBackend(Backend):
         self._groups: TTLCache[int, tuple[str, ...]] = TTLCache(
             settings.groups.cache_max_users, settings.groups.cache_ttl_seconds
         )
-        #: The pipeline pays for a review's first call; when set, every further call
-        #: (token info, group pages) takes a token from this budget too.
-        self.extra_call_budget: OutboundBudget | None = None
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -197,7 +188,7 @@ class GitLabBackend(Backend):
         params: Mapping[str, str | int] | None = None,
         first: bool = False,
     ) -> httpx.Response | Unavailable:
-        budget = self.extra_call_budget
+        budget = self.call_budget
         if not first and budget is not None and not await budget.acquire():
             return Unavailable("outbound rate limit reached (GitLab follow-up call)")
         try:

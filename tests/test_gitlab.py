@@ -403,7 +403,7 @@ async def test_every_follow_up_call_takes_from_the_outbound_budget(fake: FakeGit
     backend = GitLabBackend(GitLabSettings.model_validate(gitlab_backend(fake.url)))
     # Room for one follow-up call: the first group page; the second is refused.
     # A frozen clock keeps the bucket from refilling (and its arithmetic exact).
-    backend.extra_call_budget = TokenBucket("t", 1.0, 1, MemoryBucketStore(clock=lambda: 0.0))
+    backend.call_budget = TokenBucket("t", 1.0, 1, MemoryBucketStore(clock=lambda: 0.0))
     try:
         outcome = await backend.authenticate(token)
     finally:
