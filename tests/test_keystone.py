@@ -116,8 +116,8 @@ def keystone_backend(world: World, name: str = "keystone", **overrides: Any) -> 
             "password": world.password_file("gw-system"),
             "system_scope": "all",
         },
-        # Keystone on a shared 2-core machine can take a second or more under load.
-        "timeouts": {"connect_seconds": 1.0, "read_seconds": 4.0, "total_seconds": 4.0},
+        # Keystone (bcrypt, two workers) on a shared 2-core machine can take seconds.
+        "timeouts": {"connect_seconds": 2.0, "read_seconds": 8.0, "total_seconds": 8.0},
         "breaker": {"fail_max": 3, "reset_timeout_seconds": 2.0},
         "bucket": {"rate": 1000, "burst": 1000},
         "service_token": {"reauth_backoff_initial_seconds": 1.0, "reauth_backoff_max_seconds": 2.0},
@@ -129,8 +129,8 @@ def keystone_backend(world: World, name: str = "keystone", **overrides: Any) -> 
 def gateway_config(*backends: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "secret": "test-secret",
-        "review_deadline_seconds": 4.5,
-        "logging": {"level": "info", "reviews": False},
+        "review_deadline_seconds": 9.0,
+        "logging": {"level": "info", "reviews": True},
         "backends": list(backends),
     }
     config.update(overrides)
@@ -190,20 +190,31 @@ def gateway(world: World) -> Iterator[GatewayProcess]:
 
 
 def ready_gateway(config: dict[str, Any], world: World, name: str) -> GatewayProcess:
-    """A gateway that has finished starting (its backends' start hooks ran)."""
+    """A gateway whose Keystone backends all hold a service token."""
     gw = start_gateway(config, world.workdir, name=name)
-    for _ in range(100):
-        if httpx.get(f"{gw.url}/readyz", timeout=5).status_code == 200:
+    logins = len(config["backends"])
+    # Bounded: Keystone's password hashing is slow on a busy machine.
+    for _ in range(600):
+        if gw.logs().count("obtained a service token") >= logins:
             return gw
         time.sleep(0.1)
     gw.stop()
-    raise RuntimeError(f"gateway {name} never became ready:\n{gw.logs()}")
+    raise RuntimeError(f"gateway {name}: no service tokens after 60 s:\n{gw.logs()}")
 
 
 def status(gw: GatewayProcess, token: str, timeout: float = 15.0) -> dict[str, Any]:
     response = gw.review(token, timeout=timeout)
     assert response.status_code == 200, response.text
     return dict(response.json()["status"])
+
+
+def warm(gw: GatewayProcess, token: str) -> None:
+    """Review until authenticated (a busy machine may need a second try): now it is cached."""
+    for _ in range(5):
+        st = status(gw, token)
+        if st["authenticated"] is True:
+            return
+    pytest.fail(f"could not warm the cache: {st}")
 
 
 def rejected(st: dict[str, Any]) -> bool:
@@ -426,7 +437,7 @@ def test_changed_service_password_costs_one_login_then_backoff_not_a_storm(world
         gateway_config(keystone_backend(world, service=service)), world, name="rotate"
     )
     try:
-        assert status(gw, world.pool[1])["authenticated"] is True
+        warm(gw, world.pool[1])
         # Keystone revokes a user's tokens when its password changes.
         ks.update_user(world.ids["gw-rotate"], password="Gw-rotate-pass-2")
         before = proxy.snapshot()
@@ -464,24 +475,26 @@ def test_slow_keystone_hits_the_deadline_and_cached_users_still_pass(world: Worl
     gw = ready_gateway(
         gateway_config(
             keystone_backend(
-                world, timeouts={"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.0}
+                world, timeouts={"connect_seconds": 1.0, "read_seconds": 3.0, "total_seconds": 3.0}
             ),
-            review_deadline_seconds=2.0,
+            review_deadline_seconds=4.0,
         ),
         world,
         name="slow",
     )
+    known = world.pool[5]
     try:
-        assert status(gw, world.pool[5])["authenticated"] is True
-        world.proxy.set("delay", delay_seconds=6.0)
+        warm(gw, known)
+        world.proxy.set("delay", delay_seconds=15.0)
         started = time.monotonic()
-        st = status(gw, world.pool[7])
+        st = status(gw, world.pool[7], timeout=30)
         elapsed = time.monotonic() - started
 
         assert unavailable(st), st
-        # The deadline holds (generous margin for a loaded machine, far below the delay).
-        assert elapsed < 4.0
-        assert status(gw, world.pool[5])["authenticated"] is True
+        assert "no answer within 3s" in st["error"]
+        # The deadline holds: an answer long before Keystone's (margin for a busy machine).
+        assert elapsed < 4.0 + 3.0
+        assert status(gw, known)["authenticated"] is True
     finally:
         world.proxy.set("pass")
         gw.stop()
@@ -505,7 +518,7 @@ def test_keystone_stopped_opens_breaker_serves_known_users_stale_then_recovers(w
     )  # fmt: skip
     known, unknown = world.pool[9], world.pool[11]
     try:
-        assert status(gw, known)["authenticated"] is True
+        warm(gw, known)
         time.sleep(1.2)  # past the positive TTL: only stale from here on
         ks.stop()
         try:
@@ -554,20 +567,22 @@ def test_incident_replay_keystone_401s_then_times_out(world: World):
         gateway_config(
             keystone_backend(
                 world,
-                timeouts={"connect_seconds": 0.5, "read_seconds": 1.5, "total_seconds": 1.5},
+                timeouts={"connect_seconds": 1.0, "read_seconds": 3.0, "total_seconds": 3.0},
                 breaker={"fail_max": 5, "reset_timeout_seconds": 3.0},
+                # What Keystone can take (two uWSGI workers): recovery must not re-flood it.
+                bucket={"rate": 20, "burst": 20},
                 service_token={
                     "reauth_backoff_initial_seconds": 1.0,
                     "reauth_backoff_max_seconds": 4.0,
                 },
             ),
-            review_deadline_seconds=2.0,
+            review_deadline_seconds=4.0,
         ),
         world,
         name="incident",
     )
     tokens = world.pool
-    phases = [("401 to the service token", "unauthorized", 6.0), ("timing out", "hang", 6.0)]
+    phases = [("401 to the service token", "unauthorized", 8.0), ("timing out", "hang", 8.0)]
     clients, think = 16, 0.05
     lock = threading.Lock()
     tally: dict[str, dict[str, int]] = {}
@@ -598,7 +613,7 @@ def test_incident_replay_keystone_401s_then_times_out(world: World):
     try:
         # Half the users were seen recently: they are in the gateway's cache.
         for token in tokens[:8]:
-            assert status(gw, token)["authenticated"] is True
+            warm(gw, token)
         keystone_calls: dict[str, dict[str, int]] = {}
         threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
         for t in threads:
@@ -614,7 +629,7 @@ def test_incident_replay_keystone_401s_then_times_out(world: World):
         with lock:
             phase["name"] = "recovery"
         proxy.set("pass")
-        time.sleep(8.0)
+        time.sleep(12.0)
         keystone_calls["recovery"] = dict(proxy.since(before))
         stop.set()
         for t in threads:
@@ -640,9 +655,11 @@ def test_incident_replay_keystone_401s_then_times_out(world: World):
             # Never a false "invalid token" while Keystone is the one failing.
             assert row["answers"].get("rejected", 0) == 0, row
             assert row["keystone_calls_with_gateway"] * 5 < row["keystone_calls_without_gateway"]
-        # Recovery: everyone is served again.
+        # Recovery: answers came back under load, and everyone is served again.
+        assert report["recovery"]["answers"].get("authenticated", 0) > 0
+        assert report["recovery"]["answers"].get("rejected", 0) == 0
         for token in tokens:
-            assert status(gw, token)["authenticated"] is True
+            warm(gw, token)
     finally:
         stop.set()
         proxy.set("pass")
