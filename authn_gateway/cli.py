@@ -93,9 +93,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(config, args.config)
 
 
+async def _build_and_close(config: GatewayConfig, source: str) -> None:
+    """Construct every backend (token files, CA bundles), then release what they opened."""
+    from .gateway import build_backends
+
+    for backend in build_backends(config, source):
+        await backend.close()
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = _load(args.file)
     if config is None:
+        return 1
+    try:
+        asyncio.run(_build_and_close(config, str(args.file)))
+    except ConfigError as exc:
+        print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1
     names = ", ".join(f"{b.name} ({b.type})" for b in config.backends)
     print(f"{args.file}: ok; backends: {names}")
@@ -103,12 +116,16 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 async def _review(
-    config: GatewayConfig, token: str, api_version: str, audiences: tuple[str, ...]
+    config: GatewayConfig,
+    source: Path | str,
+    token: str,
+    api_version: str,
+    audiences: tuple[str, ...],
 ) -> tuple[bytes, str]:
     from .gateway import Gateway
     from .tokenreview import render_authenticated, render_unauthenticated
 
-    gateway = Gateway(config)
+    gateway = Gateway(config, source=str(source))
     await gateway.start()
     try:
         verdict = await gateway.pipeline.review(token, audiences, caller="cli")
@@ -136,9 +153,14 @@ def cmd_review(args: argparse.Namespace) -> int:
     if not token:
         print("no token given (argument or stdin)", file=sys.stderr)
         return 2
-    body, note = asyncio.run(
-        _review(config, token, API_VERSIONS[args.api_version], tuple(args.audience))
-    )
+    source = args.config or "<embedded default.yaml>"
+    try:
+        body, note = asyncio.run(
+            _review(config, source, token, API_VERSIONS[args.api_version], tuple(args.audience))
+        )
+    except ConfigError as exc:
+        print(f"invalid configuration:\n{exc}", file=sys.stderr)
+        return 1
     sys.stdout.write(orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode() + "\n")
     print(note, file=sys.stderr)
     return 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import os
 
-from backends.base import Backend
+from backends.base import Backend, BackendConfigError
 
 from .breaker import Breaker
 from .bucket import InboundLimiter, TokenBucket
 from .cache import ReviewCache
-from .config import SECRET_ENV, GatewayConfig
+from .config import SECRET_ENV, ConfigError, GatewayConfig
 from .keys import TokenHasher
 from .metrics import Metrics
 from .pipeline import GuardedBackend, Pipeline
@@ -28,6 +28,17 @@ def gateway_secret(config: GatewayConfig) -> bytes | None:
     return from_env.encode() if from_env else None
 
 
+def build_backends(config: GatewayConfig, source: str) -> list[Backend]:
+    """Construct every backend; a file or CA bundle it cannot use is a config error."""
+    backends: list[Backend] = []
+    for i, settings in enumerate(config.backends):
+        try:
+            backends.append(settings.build())
+        except BackendConfigError as exc:
+            raise ConfigError(source, [f"backends[{i}] ({settings.name}): {exc}"]) from None
+    return backends
+
+
 class Gateway:
     """Everything a running gateway holds: config, backends, pipeline, metrics."""
 
@@ -36,12 +47,13 @@ class Gateway:
         config: GatewayConfig,
         metrics: Metrics | None = None,
         state: StateFactory | None = None,
+        source: str = "config",
     ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.hasher = TokenHasher(gateway_secret(config))
+        self.backends = build_backends(config, source)
         self.state = state or self._state_for(config)
-        self.backends: list[Backend] = [b.build() for b in config.backends]
         guarded = [self._guard(s, b) for s, b in zip(config.backends, self.backends, strict=True)]
         by_name = {g.name: g for g in guarded}
         router: Router[GuardedBackend] = Router(

@@ -235,7 +235,7 @@ class Reloader:
                 return False
             gateway: Gateway | None = None
             try:
-                gateway = Gateway(new)
+                gateway = Gateway(new, source=where)
                 await gateway.start()
             except Exception as exc:
                 log.error(
@@ -331,7 +331,7 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     """Serve until SIGTERM/SIGINT; reload on SIGHUP."""
     s = config.server
     tls = ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens)) if s.tls else None
-    app = GatewayApp(Gateway(config))
+    app = GatewayApp(Gateway(config, source=str(source or "<embedded default.yaml>")))
     review_sock = _bind(s.host, s.port, reuse_port=s.workers > 1)
     review_server = uvicorn.Server(_uvicorn_config(ReviewOnly(app) if s.ops else app, config, tls))
     ops_server: _OpsServer | None = None
@@ -370,7 +370,7 @@ def _run_process(config: GatewayConfig, source: Path | None, worker: int) -> int
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(run(config, source, worker))
-    except (TLSError, OSError) as exc:
+    except (TLSError, OSError, ConfigError) as exc:
         log.error("%s", exc)
         return 1
     finally:

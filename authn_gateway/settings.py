@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from backends.base import Backend
+
 from .bucket import per_second
 
 
@@ -126,6 +128,10 @@ class BackendSettings(Strict):
         if self.token_rules.min_length > self.token_rules.max_length:
             raise ValueError("token_rules.min_length: must be <= max_length")
         return self
+
+    def build(self) -> Backend:
+        """The backend these settings describe (each backend type implements this)."""
+        raise NotImplementedError
 
     @property
     def chained(self) -> bool:

@@ -62,6 +62,14 @@ class Unavailable:
 Outcome = Authenticated | Rejected | Unavailable
 
 
+class BackendConfigError(ValueError):
+    """A backend cannot be built from its settings (an unreadable file, a bad CA bundle).
+
+    The message names the field or file, never a secret; the gateway prefixes it with
+    the backend's place in the config and refuses to start (or to reload).
+    """
+
+
 class CallBudget(Protocol):
     """The backend's outbound token bucket, as the pipeline holds it."""
 

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from authn_gateway.settings import Strict, TimeoutSettings
 
-from .base import Unavailable
+from .base import BackendConfigError, Unavailable
 
 
 class TLSClientSettings(Strict):
@@ -44,7 +44,11 @@ def make_client(
     pool = pool or PoolSettings()
     verify: ssl.SSLContext | bool = tls.verify
     if tls.verify and tls.ca_file is not None:
-        verify = ssl.create_default_context(cafile=str(tls.ca_file))
+        try:
+            verify = ssl.create_default_context(cafile=str(tls.ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
     return httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(

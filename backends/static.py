@@ -25,12 +25,12 @@ from pydantic import Field, model_validator
 
 from authn_gateway.settings import BackendSettings, Secret, Strict
 
-from .base import Authenticated, Backend, Outcome, Rejected, UserInfo
+from .base import Authenticated, Backend, BackendConfigError, Outcome, Rejected, UserInfo
 
 log = logging.getLogger(__name__)
 
 
-class TokenFileError(ValueError):
+class TokenFileError(BackendConfigError):
     """A token file that cannot be used; the message names file and line."""
 
 

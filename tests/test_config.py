@@ -155,3 +155,36 @@ def test_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "absent.yaml")
     assert "absent.yaml: cannot read" in str(err.value)
+
+
+def test_unreadable_token_file_is_a_config_error_naming_the_backend(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(f"backends:\n  - {{name: s, type: static, file: {tmp_path}/none.csv}}\n")
+    for command in (["check-config", str(config)], ["serve", "--config", str(config)]):
+        result = subprocess.run(
+            [sys.executable, "-m", "authn_gateway", *command],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert result.returncode == 1
+        assert f"{config}: backends[0] (s): {tmp_path}/none.csv: cannot read" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_unloadable_ca_bundle_is_a_config_error(tmp_path: Path) -> None:
+    bad_ca = tmp_path / "ca.pem"
+    bad_ca.write_text("not a certificate\n")
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        "backends:\n  - {name: sso, type: userinfo, url: 'https://127.0.0.1:1/u', "
+        f"tls: {{ca_file: {bad_ca}}}}}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert f"backends[0] (sso): tls.ca_file: cannot load {bad_ca}" in result.stderr
