@@ -170,7 +170,7 @@ class Keystone:
         return self._login({"auth": {"identity": identity}})
 
     def _login(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        r = httpx.post(f"{self.url}/auth/tokens?nocatalog=1", json=body, timeout=30)
+        r = _request("POST", f"{self.url}/auth/tokens?nocatalog=1", json=body)
         if r.status_code != 201:
             raise RuntimeError(f"login failed: {r.status_code} {r.text[:200]}")
         return r.headers["x-subject-token"], r.json()["token"]
@@ -183,12 +183,11 @@ class Keystone:
             if self._admin_token is None:
                 system = {"system": {"all": True}}
                 self._admin_token, _ = self.issue("admin", ADMIN_PASSWORD, system)
-            r = httpx.request(
+            r = _request(
                 method,
                 f"{self.url}{path}",
                 json=json,
                 headers={"X-Auth-Token": self._admin_token, **(headers or {})},
-                timeout=30,
             )
             if r.status_code == 401:
                 self._admin_token = None
@@ -249,6 +248,15 @@ class Keystone:
             raise RuntimeError(f"application credential: {r.status_code} {r.text[:200]}")
         cred = r.json()["application_credential"]
         return cred["id"], cred["secret"]
+
+
+def _request(method: str, url: str, **kwargs: Any) -> httpx.Response:
+    """One API call; sent again once if uWSGI dropped the connection (a busy machine)."""
+    try:
+        return httpx.request(method, url, timeout=30, **kwargs)
+    except (httpx.RemoteProtocolError, httpx.ReadError):
+        time.sleep(0.2)
+        return httpx.request(method, url, timeout=30, **kwargs)
 
 
 def _manage(workdir: Path, *args: str) -> None:
