@@ -251,12 +251,22 @@ class Keystone:
 
 
 def _request(method: str, url: str, **kwargs: Any) -> httpx.Response:
-    """One API call; sent again once if uWSGI dropped the connection (a busy machine)."""
-    try:
-        return httpx.request(method, url, timeout=30, **kwargs)
-    except (httpx.RemoteProtocolError, httpx.ReadError):
-        time.sleep(0.2)
-        return httpx.request(method, url, timeout=30, **kwargs)
+    """One API call, sent again (bounded) when Keystone failed it for a passing reason.
+
+    Two uWSGI processes share one sqlite file: a write that races another process's
+    write gets "database is locked" (a 500, or a dropped connection); the next try
+    goes through.
+    """
+    for _ in range(5):
+        try:
+            response = httpx.request(method, url, timeout=30, **kwargs)
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            time.sleep(0.5)
+            continue
+        if response.status_code not in (500, 503):
+            return response
+        time.sleep(0.5)
+    return httpx.request(method, url, timeout=30, **kwargs)
 
 
 def _manage(workdir: Path, *args: str) -> None:
