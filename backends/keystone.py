@@ -323,9 +323,11 @@ class ServiceToken:
         self._refresher = asyncio.create_task(self._refresh_loop(), name=f"keystone-{self._name}")
 
     async def close(self) -> None:
-        for task in (self._refresher, self._flight):
-            if task is not None:
-                task.cancel()
+        tasks = [t for t in (self._refresher, self._flight) if t is not None]
+        for task in tasks:
+            task.cancel()
+        # Let them unwind before the HTTP client they use is closed.
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def get(self) -> str | Unavailable:
         held = self._held

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime as dt
 import json
 import threading
 import time
@@ -22,10 +23,14 @@ import httpx
 import pytest
 
 from authn_gateway.config import ConfigError, parse_config
+from authn_gateway.settings import TimeoutSettings
 from backends.keystone import (
     FERNET_MIN_LENGTH,
     KeystoneBackend,
     KeystoneSettings,
+    ServiceCredentials,
+    ServiceToken,
+    ServiceTokenSettings,
     parse_keystone_time,
 )
 from tests.support.keystone import Keystone, start_keystone
@@ -745,3 +750,69 @@ def test_fernet_precheck_is_conservative():
     assert not backend.could_accept(real.replace("_", "/"))
     assert not backend.could_accept("eyJhbGciOiJFUzI1NiJ9." + "a" * 200)
     asyncio.run(backend.close())
+
+
+# --- the service token's lifecycle, in-process --------------------------------------
+# Keystone's token lifetime is one setting for all tokens, so a short-lived service
+# token is played by httpx's MockTransport, answering with Keystone's recorded shapes.
+
+
+def _login_answer(lifetime: float, logins: list[float]) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.method == "POST" and request.url.path == "/v3/auth/tokens"
+        logins.append(time.monotonic())
+        issued = dt.datetime.now(dt.UTC)
+        body = {
+            "token": {
+                "issued_at": issued.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "expires_at": (issued + dt.timedelta(seconds=lifetime)).strftime(
+                    "%Y-%m-%dT%H:%M:%S.%fZ"
+                ),
+            }
+        }
+        return httpx.Response(201, json=body, headers={"X-Subject-Token": f"svc-{len(logins)}"})
+
+    return httpx.MockTransport(handle)
+
+
+def _service_token(transport: httpx.MockTransport) -> tuple[ServiceToken, httpx.AsyncClient]:
+    client = httpx.AsyncClient(base_url="http://keystone.invalid/v3/", transport=transport)
+    credentials = ServiceCredentials(username="gw", password="pw", system_scope="all")  # type: ignore[arg-type]
+    token = ServiceToken(
+        "ks", client, credentials, ServiceTokenSettings(), TimeoutSettings(total_seconds=2.0)
+    )
+    return token, client
+
+
+async def test_concurrent_reviews_share_one_service_login():
+    logins: list[float] = []
+    service, client = _service_token(_login_answer(3600, logins))
+    try:
+        tokens = await asyncio.gather(*(service.get() for _ in range(50)))
+    finally:
+        await service.close()
+        await client.aclose()
+
+    assert set(tokens) == {"svc-1"}
+    assert len(logins) == 1
+
+
+async def test_service_token_is_refreshed_once_before_it_expires():
+    logins: list[float] = []
+    service, client = _service_token(_login_answer(2.0, logins))
+    await service.start()
+    try:
+        assert await service.get() == "svc-1"
+        # Lifetime 2 s: refreshed at half of it, by the one background task.
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if len(logins) >= 2:
+                break
+        assert await service.get() == "svc-2"
+    finally:
+        await service.close()
+        await client.aclose()
+
+    assert len(logins) == 2
+    # Not before its time (half the lifetime, less the jitter-free margin).
+    assert logins[1] - logins[0] >= 0.8
