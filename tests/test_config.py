@@ -34,8 +34,10 @@ def test_embedded_default_is_valid() -> None:
 def test_reference_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTHN_GATEWAY_SECRET", "s")
     monkeypatch.setenv("AUTHN_GATEWAY_ADMIN_TOKEN", "a")
+    monkeypatch.setenv("KEYSTONE_SERVICE_PASSWORD", "k")
     config = load_config(Path(__file__).parent.parent / "config" / "gateway.yaml")
-    assert config.backends
+    assert {b.type for b in config.backends} == {"static", "userinfo", "gitlab", "ldap",
+                                                  "keystone"}
 
 
 def test_minimal_config_gets_production_defaults() -> None:
