@@ -204,9 +204,10 @@ class Sample:
 
 
 def _breaker_state(metrics: str) -> str:
-    for state in ("open", "half_open", "forced_open", "closed", "forced_closed"):
+    # Label values are pybreaker's state names ("half-open" has a hyphen).
+    for state in ("open", "half-open", "forced_open", "forced_closed", "closed"):
         if metric_value(metrics, "authn_gateway_breaker_state", state=state) >= 1:
-            return state.replace("_", "-") if state == "half_open" else state
+            return state
     return "closed"
 
 
@@ -666,6 +667,16 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    _shrink(path)
+
+
+def _shrink(path: Path) -> None:
+    """A palette PNG: a third of the size, so the plots can live in the repo."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        small = img.convert("RGB").quantize(colors=256)
+    small.save(path, optimize=True)
 
 
 # ---- main ----------------------------------------------------------------------------
