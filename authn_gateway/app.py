@@ -49,11 +49,12 @@ class TooLarge(Exception):
     pass
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None
+# The request headers the review path reads; one pass collects them.
+_WANTED = frozenset({b"content-type", b"content-encoding", b"content-length", b"authorization"})
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {k: bytes(v) for k, v in scope["headers"] if k in _WANTED}
 
 
 async def _send(
@@ -65,10 +66,20 @@ async def _send(
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        # The usual case: the whole body in one message.
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise TooLarge
+        return body
+    return await _read_chunks(message, receive, limit)
+
+
+async def _read_chunks(message: Message, receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             raise ConnectionResetError
         chunk = message.get("body", b"")
@@ -78,6 +89,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+        message = await receive()
 
 
 def caller_identity(scope: Scope) -> str:
@@ -105,10 +117,11 @@ class ReviewEndpoint:
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
         if self.callers.required:
             # Before anything else: an unknown caller learns nothing and costs nothing.
             caller = self.callers.identify(
-                scope.get(CERT_NAMES_KEY, ()), _header(scope, b"authorization")
+                scope.get(CERT_NAMES_KEY, ()), headers.get(b"authorization")
             )
             if caller is None:
                 await self._refuse(
@@ -119,15 +132,18 @@ class ReviewEndpoint:
         if scope["method"] != "POST":
             await self._refuse(send, 405, "method must be POST", [(b"allow", b"POST")])
             return
-        content_type = _header(scope, b"content-type") or b""
-        if content_type.split(b";", 1)[0].strip().lower() != b"application/json":
+        content_type = headers.get(b"content-type", b"")
+        if (
+            content_type != b"application/json"
+            and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
+        ):
             await self._refuse(send, 400, "Content-Type must be application/json")
             return
-        encoding = _header(scope, b"content-encoding")
+        encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.strip().lower() != b"identity":
             await self._refuse(send, 400, "Content-Encoding is not supported")
             return
-        declared = _header(scope, b"content-length")
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
             return
@@ -180,7 +196,7 @@ class ReviewEndpoint:
                 backend=verdict.backend,
                 ms=round(elapsed * 1000, 2),
                 cached=verdict.cached,
-                stale=verdict.stale or None,
+                stale=verdict.stale,
                 user=user,
                 reason=None if isinstance(outcome, Authenticated) else outcome.reason,
                 caller=caller,

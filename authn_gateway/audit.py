@@ -9,11 +9,14 @@ in batches by the event loop, like the review log.
 from __future__ import annotations
 
 import sys
+import time
 from typing import IO
+
+import orjson
 
 from backends.base import Authenticated, Outcome
 
-from .reviewlog import ReviewLog
+from .reviewlog import BatchedWriter
 
 
 class AuditLog:
@@ -25,7 +28,7 @@ class AuditLog:
         else:
             # Line-buffering is not needed: ReviewLog flushes each batch.
             self._file = stream = open(destination, "a", encoding="utf-8")  # noqa: SIM115
-        self._log = ReviewLog("json", stream)
+        self._log = BatchedWriter(stream)
 
     def write(
         self,
@@ -38,16 +41,18 @@ class AuditLog:
         stale: bool,
     ) -> None:
         user = outcome.user if isinstance(outcome, Authenticated) else None
-        self._log.write(
-            msg="audit",
-            caller=caller,
-            backend=backend,
-            outcome=answer,
-            username=user.username if user else None,
-            groups=list(user.groups) if user else None,
-            token=token_id,
-            stale=stale,
-        )
+        doc = {
+            "time": round(time.time(), 3),
+            "msg": "audit",
+            "caller": caller,
+            "backend": backend,
+            "outcome": answer,
+            "username": user.username if user else None,
+            "groups": list(user.groups) if user else None,
+            "token": token_id,
+            "stale": stale,
+        }
+        self._log.append(orjson.dumps({k: v for k, v in doc.items() if v is not None}).decode())
 
     def close(self) -> None:
         self._log.flush()

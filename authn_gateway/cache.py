@@ -36,7 +36,13 @@ class CacheEntry:
 
 
 class CacheStore(Protocol):
-    async def get(self, key: bytes) -> CacheEntry | None: ...
+    def peek(self, key: bytes, now: float) -> CacheEntry | None:
+        """The in-process tier only, without awaiting: the cache-hit fast path."""
+        ...
+
+    async def get(self, key: bytes) -> CacheEntry | None:
+        """Every tier (Redis after a local miss)."""
+        ...
 
     async def put(self, key: bytes, entry: CacheEntry) -> None: ...
 
@@ -66,6 +72,9 @@ class MemoryStore:
         self._data.move_to_end(key)
         while len(self._data) > self._max:
             self._data.popitem(last=False)
+
+    def peek(self, key: bytes, now: float) -> CacheEntry | None:
+        return self.get_now(key, now)
 
     async def get(self, key: bytes) -> CacheEntry | None:
         return self.get_now(key, self._clock())
@@ -101,6 +110,9 @@ class ReviewCache:
             return CacheEntry(outcome, fresh, fresh)
         # Unavailable is never cached: the next review must be free to ask again.
         return None
+
+    def peek(self, key: bytes, now: float) -> CacheEntry | None:
+        return self.store.peek(key, now)
 
     async def get(self, key: bytes) -> CacheEntry | None:
         return await self.store.get(key)

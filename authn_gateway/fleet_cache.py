@@ -101,6 +101,9 @@ class TieredCacheStore:
     def _redis_key(self, key: bytes) -> str:
         return self._link.key("cache", key.hex())
 
+    def peek(self, key: bytes, now: float) -> CacheEntry | None:
+        return self.local.get_now(key, now)
+
     async def get(self, key: bytes) -> CacheEntry | None:
         now = self._clock()
         entry = self.local.get_now(key, now)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from hashlib import sha256
+from hashlib import blake2b, sha256
 
 
 class TokenHasher:
@@ -19,6 +19,8 @@ class TokenHasher:
         self.secret_is_random = secret is None
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         self._base = hmac.new(self._secret, digestmod=sha256)
+        # A separate key for log ids, derived from the secret (BLAKE2b keys are <= 64 bytes).
+        self._log_key = hmac.new(self._secret, b"log-id", sha256).digest()
 
     @property
     def secret(self) -> bytes:
@@ -33,10 +35,12 @@ class TokenHasher:
         return h.digest()
 
     def token_id(self, token: str) -> str:
-        """A short, stable prefix for correlating log lines; not reversible."""
-        h = self._base.copy()
-        h.update(b"log\0" + token.encode())
-        return h.hexdigest()[:12]
+        """A short, stable id for correlating log lines: 12 hex digits of a keyed hash.
+
+        Keyed BLAKE2b is a MAC in one pass and several times cheaper than HMAC; this
+        runs on every review, cache hits included.
+        """
+        return blake2b(token.encode(), key=self._log_key, digest_size=6).hexdigest()
 
     def sign(self, payload: bytes) -> bytes:
         """Signature for values stored outside the process (Redis)."""

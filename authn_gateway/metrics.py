@@ -141,6 +141,8 @@ class Metrics:
             registry=r,
         )
         self._children: dict[tuple[Any, ...], Any] = {}
+        # The per-review pair, resolved once: this runs on every review.
+        self._review_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -150,11 +152,22 @@ class Metrics:
         return child
 
     def review(self, api_version: str, backend: str, answer: str, seconds: float) -> None:
-        self._child(self.reviews, api_version, backend, answer).inc()
-        self._child(self.review_latency, answer).observe(seconds)
+        key = (api_version, backend, answer)
+        children = self._review_children.get(key)
+        if children is None:
+            children = self._review_children[key] = (
+                self.reviews.labels(api_version, backend, answer),
+                self.review_latency.labels(answer),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def cache(self, backend: str, result: str) -> None:
         self._child(self.cache_lookups, backend, result).inc()
+
+    def cache_counter(self, backend: str, result: str) -> Any:
+        """The counter child for one backend and result, to keep and increment."""
+        return self._child(self.cache_lookups, backend, result)
 
     def backend_call(self, backend: str, outcome: str, seconds: float) -> None:
         self._child(self.backend_calls, backend, outcome).inc()

@@ -82,6 +82,10 @@ class GuardedBackend:
         self.hasher = hasher
         self.metrics = metrics
         self.clock = clock
+        # Resolved once: these count every review.
+        self._hit = metrics.cache_counter(self.name, "hit")
+        self._negative_hit = metrics.cache_counter(self.name, "negative_hit")
+        self._miss = metrics.cache_counter(self.name, "miss")
 
     def could_accept(self, token: str) -> bool:
         rules = self.rules
@@ -89,14 +93,24 @@ class GuardedBackend:
             return False
         return self.backend.could_accept(token)
 
-    async def review(self, token: str, audiences: tuple[str, ...]) -> Verdict:
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        """Answer from the cache, or from the IdP by ``deadline`` (event-loop time)."""
         key = self.hasher.cache_key(self.name, token, audiences)
-        entry = await self.cache.get(key)
+        now = self.clock()
+        entry = self.cache.peek(key, now)
+        if entry is None or now >= entry.fresh_until:
+            entry = await self.cache.get(key)  # shared tier, in fleet mode
         if entry is not None and self.clock() < entry.fresh_until:
-            self.metrics.cache(self.name, "hit" if entry.positive else "negative_hit")
+            (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
-        self.metrics.cache(self.name, "miss")
-        return await self.flights.do(key, lambda: self._ask_idp(token, key, entry))
+        self._miss.inc()
+        # Only the miss path pays for a timer. Leaving the flight early does not cancel
+        # the shared call: other reviews may still be waiting for it.
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self.flights.do(key, lambda: self._ask_idp(token, key, entry))
+        except TimeoutError:
+            return self._fallback(entry, Unavailable("no answer within the review deadline"))
 
     async def _ask_idp(self, token: str, key: bytes, known: CacheEntry | None) -> Verdict:
         ticket = await self.breaker.admit()
@@ -175,20 +189,25 @@ class Pipeline:
             self.metrics.prerejection("no_backend_accepts")
             return Verdict(Rejected("no backend accepts this token's form"), GATEWAY)
 
-        try:
-            async with asyncio.timeout(self.deadline):
-                verdict = await self._chain(candidates, route.token, audiences)
-        except TimeoutError:
-            return Verdict(Unavailable(f"no answer within {self.deadline:g}s"), GATEWAY)
+        # Every review is answered by this time, whatever the backends do.
+        deadline = asyncio.get_running_loop().time() + self.deadline
+        if len(candidates) == 1:
+            verdict = await candidates[0].review(route.token, audiences, deadline)
+        else:
+            verdict = await self._chain(candidates, route.token, audiences, deadline)
         return self._apply_audiences(verdict, audiences)
 
     async def _chain(
-        self, backends: list[GuardedBackend], token: str, audiences: tuple[str, ...]
+        self,
+        backends: list[GuardedBackend],
+        token: str,
+        audiences: tuple[str, ...],
+        deadline: float,
     ) -> Verdict:
         """See :mod:`authn_gateway.routing` for the chain's rules."""
         unanswered: list[tuple[str, Unavailable]] = []
         for backend in backends:
-            verdict = await backend.review(token, audiences)
+            verdict = await backend.review(token, audiences, deadline)
             if isinstance(verdict.outcome, Authenticated):
                 return verdict
             if isinstance(verdict.outcome, Unavailable):

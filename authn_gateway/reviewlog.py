@@ -1,8 +1,8 @@
 """One log line per review, cheap enough for the cache-hit path.
 
 Formatting a stdlib ``logging`` record costs more than a cached review itself, so
-review lines are rendered directly (text or JSON) and written in batches by the
-event loop, at most every 100 ms. Lines carry a keyed-hash prefix of the token,
+review lines are rendered directly (logfmt text or JSON) and written in batches by
+the event loop, at most every 100 ms. Lines carry a keyed-hash prefix of the token,
 never the token.
 """
 
@@ -19,27 +19,22 @@ FLUSH_INTERVAL = 0.1
 MAX_BUFFERED = 512
 
 
-def _logfmt(value: Any) -> str:
-    text = str(value)
+def _logfmt(text: str) -> str:
+    """A logfmt value: quoted when it holds spaces, quotes or equals signs."""
     if " " in text or '"' in text or "=" in text:
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return text
 
 
-class ReviewLog:
-    def __init__(self, fmt: str = "text", stream: IO[str] | None = None) -> None:
-        self._json = fmt == "json"
+class BatchedWriter:
+    """Lines written by the event loop in batches, at most every FLUSH_INTERVAL."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream
         self._buffer: list[str] = []
         self._flush_scheduled = False
 
-    def write(self, **fields: Any) -> None:
-        if self._json:
-            line = orjson.dumps({"time": round(time.time(), 3), "msg": "review", **fields}).decode()
-        else:
-            line = "review " + " ".join(
-                f"{k}={_logfmt(v)}" for k, v in fields.items() if v is not None
-            )
+    def append(self, line: str) -> None:
         self._buffer.append(line)
         if len(self._buffer) >= MAX_BUFFERED:
             self.flush()
@@ -61,3 +56,55 @@ class ReviewLog:
             stream.flush()
         except (OSError, ValueError):
             pass  # a closed log stream must not fail reviews
+
+
+class ReviewLog:
+    """The review line: logfmt text or a JSON object."""
+
+    def __init__(self, fmt: str = "text", stream: IO[str] | None = None) -> None:
+        self._json = fmt == "json"
+        self._writer = BatchedWriter(stream)
+
+    def write(
+        self,
+        *,
+        token: str,
+        answer: str,
+        backend: str,
+        ms: float,
+        cached: bool,
+        stale: bool = False,
+        user: str | None = None,
+        reason: str | None = None,
+        caller: str | None = None,
+    ) -> None:
+        """Queue one review line; fields with no value are left out."""
+        if self._json:
+            doc: dict[str, Any] = {
+                "time": round(time.time(), 3),
+                "msg": "review",
+                "token": token,
+                "answer": answer,
+                "backend": backend,
+                "ms": ms,
+                "cached": cached,
+            }
+            if stale:
+                doc["stale"] = True
+            for key, value in (("user", user), ("reason", reason), ("caller", caller)):
+                if value is not None:
+                    doc[key] = value
+            line = orjson.dumps(doc).decode()
+        else:
+            # One expression: this runs on every review, cache hits included.
+            line = (
+                f"review token={token} answer={answer} backend={backend} ms={ms} cached={cached}"
+                + (" stale=True" if stale else "")
+                + (f" user={_logfmt(user)}" if user is not None else "")
+                + (f" reason={_logfmt(reason)}" if reason is not None else "")
+                + (f" caller={_logfmt(caller)}" if caller is not None else "")
+            )
+        self._writer.append(line)
+
+    def flush(self) -> None:
+        self._writer.flush()

@@ -25,6 +25,8 @@ from tests.support.redis_server import RedisServer
 
 SECRET = "fleet-test-secret"
 Start = Callable[..., GatewayProcess]
+# Seconds by which loopback and scheduling delays can shift an arrival at the fake IdP.
+JITTER = 0.25
 
 
 @pytest.fixture
@@ -123,7 +125,10 @@ async def test_fleet_call_rate_stays_within_one_bucket(
         )
     arrivals = fake_idp.stats().arrivals
     elapsed = arrivals[-1] - arrivals[0]
-    assert len(arrivals) <= 5 + 20 * elapsed + 1
+    # Arrivals are admissions plus loopback jitter, which can shorten the measured
+    # window; JITTER allows for it. Without a shared bucket three replicas would
+    # let through about three times this.
+    assert len(arrivals) <= 5 + 20 * (elapsed + JITTER) + 1
     assert len(arrivals) >= 20  # the flood did reach the budget
 
 

@@ -17,6 +17,8 @@ from tests.support import loadclient
 from tests.support.procs import GatewayProcess, metric_value
 
 Start = Callable[..., GatewayProcess]
+# Seconds by which loopback and scheduling delays can shift an arrival at the fake IdP.
+JITTER = 0.25
 
 
 async def storm(
@@ -212,7 +214,9 @@ async def test_recovery_closes_the_breaker_and_respects_the_bucket(
     arrivals = fake_idp.stats().arrivals
     elapsed = arrivals[-1] - arrivals[0]
     # GCRA: never more than burst + rate * elapsed calls, and the flood did saturate it.
-    assert len(arrivals) <= 5 + 20 * elapsed + 1
+    # Arrivals are admissions plus loopback jitter, which can shorten the measured
+    # window; JITTER allows for it.
+    assert len(arrivals) <= 5 + 20 * (elapsed + JITTER) + 1
     assert len(arrivals) >= 20
 
 
