@@ -218,3 +218,22 @@ def test_service_account_detection() -> None:
     assert not is_service_account_jwt(sa_jwt({"iss": "https://sso.example.com", "sub": "u"}))
     assert not is_service_account_jwt("eyJnot.a.jwt")
     assert prerejection_reason(sa_jwt(), reject_service_accounts=False) is None
+
+
+async def test_review_deadline_bounds_a_chain_of_slow_backends() -> None:
+    a, b = Scripted("a", OK, delay=5), Scripted("b", OK, delay=5)
+    gw = gateway(
+        [
+            {"name": "a", "timeouts": {"total_seconds": 0.3}},
+            {"name": "b", "timeouts": {"total_seconds": 0.3}},
+        ],
+        {"a": a, "b": b},
+        review_deadline_seconds=0.5,
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    verdict = await gw.pipeline.review("t", (), "c")
+    assert loop.time() - started < 0.8
+    assert isinstance(verdict.outcome, Unavailable)
+    assert "a: no answer within 0.3s" in verdict.outcome.reason
+    assert "b: no answer within the review deadline" in verdict.outcome.reason
