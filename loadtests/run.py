@@ -377,7 +377,7 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
             )
             stack.callback(gw.stop)
             gateways.append(gw)
-        if scenario.warm:
+        if scenario.warm and protected:
             warm_up(gateways, scenario)
         sampler = Sampler(fake, gateways)
         sampler.start()
