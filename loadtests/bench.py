@@ -137,7 +137,7 @@ def base_config(idp_url: str, **backend: Any) -> dict[str, Any]:
                 "bucket": {"rate": 100000.0, "burst": 100000},
                 **backend,
             }
-        ]
+        ],
     }
 
 
