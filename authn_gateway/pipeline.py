@@ -121,7 +121,10 @@ class GuardedBackend:
             self.metrics.limiter_refusal("outbound", self.name)
             return self._fallback(known, Unavailable("outbound rate limit reached"))
         outcome = await self._call(token)
-        self.breaker.record(ticket, outcome)
+        if isinstance(outcome, Unavailable) and outcome.held_back:
+            self.breaker.release(ticket)  # our own budget said no; the IdP is not at fault
+        else:
+            self.breaker.record(ticket, outcome)
         if isinstance(outcome, Unavailable):
             if outcome.retry_after:
                 # The IdP told us when to come back; no call before then, from any path.

@@ -57,6 +57,9 @@ class Unavailable:
     retry_after: float | None = None
     # A configuration problem (Keystone 403, LDAP bind DN refused): logged loudly.
     misconfigured: bool = False
+    # The gateway held the call back itself (its own call budget); the IdP was not
+    # asked, so this says nothing about its health and the breaker ignores it.
+    held_back: bool = False
 
 
 Outcome = Authenticated | Rejected | Unavailable
@@ -90,7 +93,8 @@ class Backend(abc.ABC):
         self.name = name
         #: The pipeline pays for each review's first call to the IdP. A backend that
         #: makes further calls for one review (group pages, token info) takes a token
-        #: from this budget for each, so they count against the same rate.
+        #: from this budget for each, so they count against the same rate. A refusal is
+        #: ``Unavailable(..., held_back=True)``.
         self.call_budget: CallBudget | None = None
 
     async def start(self) -> None:  # noqa: B027 - optional hook

@@ -190,7 +190,9 @@ class GitLabBackend(Backend):
     ) -> httpx.Response | Unavailable:
         budget = self.call_budget
         if not first and budget is not None and not await budget.acquire():
-            return Unavailable("outbound rate limit reached (GitLab follow-up call)")
+            return Unavailable(
+                "outbound rate limit reached (GitLab follow-up call)", held_back=True
+            )
         try:
             return await self._client.get(path, headers=auth, params=params)
         except httpx.HTTPError as exc:

@@ -237,3 +237,13 @@ async def test_review_deadline_bounds_a_chain_of_slow_backends() -> None:
     assert isinstance(verdict.outcome, Unavailable)
     assert "a: no answer within 0.3s" in verdict.outcome.reason
     assert "b: no answer within the review deadline" in verdict.outcome.reason
+
+
+async def test_a_call_held_back_by_our_own_budget_does_not_open_the_breaker() -> None:
+    backend = Scripted("a", Unavailable("budget", held_back=True))
+    gw = gateway([{"name": "a", "breaker": {"fail_max": 2}}], {"a": backend})
+    for i in range(5):
+        verdict = await gw.pipeline.review(f"t{i}", (), "c")
+        assert isinstance(verdict.outcome, Unavailable)
+    assert gw.pipeline.backends["a"].breaker.state == "closed"
+    assert len(backend.seen) == 5
