@@ -113,6 +113,25 @@ def _json(
     return status, {"content-type": "application/json", **(headers or {})}, json.dumps(doc).encode()
 
 
+async def injected_fault(
+    faults: Faults, error_body: Callable[[int], Any]
+) -> tuple[int, dict[str, str], bytes] | None:
+    """Apply the hang, latency and status faults: the answer to send instead, or None."""
+    if faults.hang:
+        await asyncio.Event().wait()
+    if faults.latency:
+        await asyncio.sleep(faults.latency)
+    status = faults.status
+    if status is None and faults.fail_fraction and random.random() < faults.fail_fraction:
+        status = faults.fail_status
+    if status is None or status == 200:
+        return None
+    extra = {}
+    if status == 429 and faults.retry_after is not None:
+        extra["retry-after"] = str(int(faults.retry_after))
+    return _json(status, error_body(status), extra)
+
+
 class FakeIdP:
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, control_port: int | None = None
@@ -153,18 +172,9 @@ class FakeIdP:
         self, target: str, headers: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
         f = self.faults
-        if f.hang:
-            await asyncio.Event().wait()
-        if f.latency:
-            await asyncio.sleep(f.latency)
-        status = f.status
-        if status is None and f.fail_fraction and random.random() < f.fail_fraction:
-            status = f.fail_status
-        if status is not None and status != 200:
-            extra = {}
-            if status == 429 and f.retry_after is not None:
-                extra["retry-after"] = str(int(f.retry_after))
-            return _json(status, {"error": f"fake IdP answers {status}"}, extra)
+        fault = await injected_fault(f, lambda status: {"error": f"fake IdP answers {status}"})
+        if fault is not None:
+            return fault
         if not target.startswith("/userinfo"):
             return _json(404, {"error": "not found"})
         auth = headers.get("authorization", "")

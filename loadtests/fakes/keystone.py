@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .idp import FakeIdP, Faults, _json
+from .idp import FakeIdP, Faults, _json, injected_fault
 
 DEFAULT_KEY = b"fake-keystone-fernet-key"
 SERVICE_USER = "authn-gateway"
@@ -228,19 +228,11 @@ class FakeKeystone(FakeIdP):
     async def _route(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
-        f = self.faults
-        if f.hang:
-            await asyncio.Event().wait()
-        if f.latency:
-            await asyncio.sleep(f.latency)
-        status = f.status
-        if status is None and f.fail_fraction and random.random() < f.fail_fraction:
-            status = f.fail_status
-        if status is not None and status != 200:
-            extra = {}
-            if status == 429 and f.retry_after is not None:
-                extra["retry-after"] = str(int(f.retry_after))
-            return _json(status, {"error": {"code": status, "message": "fake fault"}}, extra)
+        fault = await injected_fault(
+            self.faults, lambda status: {"error": {"code": status, "message": "fake fault"}}
+        )
+        if fault is not None:
+            return fault
         url = urlsplit(target)
         query = parse_qs(url.query, keep_blank_values=True)
         if url.path == "/v3/auth/tokens" and method == "POST":
