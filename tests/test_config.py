@@ -36,8 +36,7 @@ def test_reference_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTHN_GATEWAY_ADMIN_TOKEN", "a")
     monkeypatch.setenv("KEYSTONE_SERVICE_PASSWORD", "k")
     config = load_config(Path(__file__).parent.parent / "config" / "gateway.yaml")
-    assert {b.type for b in config.backends} == {"static", "userinfo", "gitlab", "ldap",
-                                                  "keystone"}
+    assert {b.type for b in config.backends} == {"static", "userinfo", "gitlab", "ldap", "keystone"}
 
 
 def test_minimal_config_gets_production_defaults() -> None:
