@@ -52,7 +52,7 @@ class AuditLog:
             "token": token_id,
             "stale": stale,
         }
-        self._log.append(orjson.dumps({k: v for k, v in doc.items() if v is not None}).decode())
+        self._log.append(orjson.dumps(doc).decode())
 
     def close(self) -> None:
         self._log.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -83,11 +84,26 @@ class RedisSentinel:
             self.proc.wait(timeout=10)
 
 
+def cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is valid and free too."""
+    for _ in range(200):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
 class RedisClusterNodes:
     """A three-master Redis Cluster on free ports, created with ``redis-cli --cluster``."""
 
     def __init__(self, workdir: Path) -> None:
-        self.nodes = [RedisServer(workdir / f"node{i}") for i in range(3)]
+        self.nodes = [RedisServer(workdir / f"node{i}", cluster_port()) for i in range(3)]
 
     @property
     def url(self) -> str:
