@@ -42,6 +42,7 @@ from tests.support.procs import (
     start_gateway,
     wait_for_port,
 )
+from tests.support.redis_server import RedisServer
 
 HERE = Path(__file__).resolve().parent
 SECRET = "loadtest-fleet-secret-0123456789abcdef"
@@ -89,41 +90,6 @@ def fake_server(kind: str, workdir: Path) -> Iterator[Fake]:
         _stop(proc)
 
 
-@dataclass
-class Redis:
-    port: int
-    workdir: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = (self.workdir / "redis.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for_port(self.port, proc=self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            _stop(self.proc)
-            self.proc = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-
 def _stop(proc: subprocess.Popen[Any]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -153,7 +119,7 @@ def backend_config(kind: str, fake: Fake) -> dict[str, Any]:
 
 
 def gateway_config(
-    scenario: Scenario, fake: Fake, protected: bool, redis: Redis | None
+    scenario: Scenario, fake: Fake, protected: bool, redis: RedisServer | None
 ) -> dict[str, Any]:
     backend = backend_config(scenario.idp, fake)
     config: dict[str, Any] = {"logging": {"level": "warning"}}
@@ -361,10 +327,9 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
     tag = f"{scenario.name}-{'gw' if protected else 'pt'}"
     with ExitStack() as stack:
         fake = stack.enter_context(fake_server(scenario.idp, workdir))
-        redis: Redis | None = None
+        redis: RedisServer | None = None
         if scenario.redis and protected:
-            redis = Redis(free_port(), workdir)
-            redis.start()
+            redis = RedisServer(workdir).start()
             stack.callback(redis.stop)
         gateways = []
         for i in range(scenario.replicas):
@@ -406,7 +371,7 @@ def play(
     started: float,
     duration: float,
     fake: Fake,
-    redis: Redis | None,
+    redis: RedisServer | None,
     proc: subprocess.Popen[bytes],
 ) -> list[tuple[float, str]]:
     marks = []
