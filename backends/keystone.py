@@ -392,7 +392,7 @@ class ServiceToken:
             held = self._parse(response, started)
             if isinstance(held, _Held):
                 self._held = held
-                log.info("backend %s: obtained a service token", self._name)
+                log.info("backend %s: logged in to Keystone as the service user", self._name)
             else:
                 self._failed(held)
             return held
@@ -448,7 +448,7 @@ class ServiceToken:
                 raise
             except Exception:
                 # The refresher must outlive any bug in one attempt.
-                log.exception("backend %s: service token refresh failed", self._name)
+                log.exception("backend %s: refreshing the service login failed", self._name)
 
 
 # --- groups ----------------------------------------------------------------------------

@@ -200,7 +200,7 @@ def ready_gateway(config: dict[str, Any], world: World, name: str) -> GatewayPro
     logins = len(config["backends"])
     # Bounded: Keystone's password hashing is slow on a busy machine.
     for _ in range(600):
-        if gw.logs().count("obtained a service token") >= logins:
+        if gw.logs().count("logged in to Keystone as the service user") >= logins:
             return gw
         time.sleep(0.1)
     gw.stop()
@@ -552,7 +552,7 @@ def test_keystone_stopped_opens_breaker_serves_known_users_stale_then_recovers(w
         )
         assert metric_value(text, "authn_gateway_breaker_transitions_total", to_state="open") >= 1
         # Keystone kept its keys: the service token outlived the outage, no new login.
-        assert gw.logs().count("obtained a service token") == 1
+        assert gw.logs().count("logged in to Keystone as the service user") == 1
     finally:
         gw.stop()
 

@@ -160,7 +160,7 @@ class FakeIdP:
             st.arrivals.append(time.monotonic())
             del st.arrivals[:-100_000]
         try:
-            status, hdrs, out = await self._decide(target, headers)
+            status, hdrs, out = await self._decide(method, target, headers, body)
         finally:
             with self._lock:
                 self._stats.in_flight -= 1
@@ -169,8 +169,9 @@ class FakeIdP:
         return status, hdrs, out
 
     async def _decide(
-        self, target: str, headers: dict[str, str]
+        self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
+        """The answer to one request; subclasses (the fake Keystone) override this."""
         f = self.faults
         fault = await injected_fault(f, lambda status: {"error": f"fake IdP answers {status}"})
         if fault is not None:
