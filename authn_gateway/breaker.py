@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -80,6 +82,39 @@ class LocalProbePermits:
         self.release(permit)
 
 
+class FailureRate:
+    """Share of unavailable answers among the calls of the last ``window`` seconds."""
+
+    def __init__(
+        self,
+        threshold: float,
+        window: float,
+        min_calls: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._threshold = threshold
+        self._window = window
+        self._min_calls = min_calls
+        self._clock = clock
+        self._calls: deque[tuple[float, bool]] = deque()
+        self._failures = 0
+
+    def add(self, failed: bool) -> bool:
+        """Record one call; True when the window's failure share has reached the threshold."""
+        now = self._clock()
+        self._calls.append((now, failed))
+        self._failures += failed
+        horizon = now - self._window
+        while self._calls and self._calls[0][0] < horizon:
+            self._failures -= self._calls.popleft()[1]
+        calls = len(self._calls)
+        return calls >= self._min_calls and self._failures >= self._threshold * calls
+
+    def clear(self) -> None:
+        self._calls.clear()
+        self._failures = 0
+
+
 class _Unhealthy(Exception):
     """The outcome fed into pybreaker for an unavailable backend."""
 
@@ -113,9 +148,11 @@ class Breaker:
         probes: ProbePermits,
         storage: pybreaker.CircuitBreakerStorage | None = None,
         on_transition: Callable[[str, str, str], None] | None = None,
+        failure_rate: FailureRate | None = None,
     ) -> None:
         self.name = name
         self._probes = probes
+        self._failure_rate = failure_rate
         self._on_transition = on_transition
         self.override = Override.NONE
         self._cb = pybreaker.CircuitBreaker(
@@ -175,8 +212,9 @@ class Breaker:
             self._probes.spent(ticket.permit)
         if self.override is not Override.NONE:
             return
+        failed = isinstance(outcome, Unavailable)
         try:
-            if isinstance(outcome, Unavailable):
+            if failed:
                 self._cb.call(_raise_unhealthy)
             else:
                 # A rejected token is a healthy answer from the IdP.
@@ -185,6 +223,11 @@ class Breaker:
             # Either the failure we fed in, or the breaker opened meanwhile (a call that
             # started before the trip finished after it): nothing more to record.
             pass
+        rate = self._failure_rate
+        if rate is not None and rate.add(failed) and self._cb.current_state == CLOSED:
+            log.warning("breaker %s: failure rate over its window reached the threshold", self.name)
+            rate.clear()  # the next closed period starts a fresh window
+            self._cb.open()
 
     def hold_open(self, seconds: float) -> None:
         """Stay open for ``seconds`` (the IdP sent Retry-After), then probe as usual."""

@@ -7,7 +7,7 @@ import os
 
 from backends.base import Backend, BackendConfigError
 
-from .breaker import Breaker
+from .breaker import Breaker, FailureRate
 from .bucket import InboundLimiter, TokenBucket
 from .cache import ReviewCache
 from .config import SECRET_ENV, ConfigError, GatewayConfig
@@ -37,6 +37,13 @@ def build_backends(config: GatewayConfig, source: str) -> list[Backend]:
         except BackendConfigError as exc:
             raise ConfigError(source, [f"backends[{i}] ({settings.name}): {exc}"]) from None
     return backends
+
+
+def _failure_rate(settings: BackendSettings) -> FailureRate | None:
+    rate = settings.breaker.failure_rate
+    if rate is None:
+        return None
+    return FailureRate(rate.threshold, rate.window_seconds, rate.min_calls)
 
 
 class Gateway:
@@ -93,6 +100,7 @@ class Gateway:
             self.state.probe_permits(name, settings.breaker.half_open_probes, deadline + 1.0),
             self.state.breaker_storage(name),
             on_transition=self.metrics.breaker_transition,
+            failure_rate=_failure_rate(settings),
         )
         self.state.watch_breaker(name, breaker.refresh)
         bucket = TokenBucket(

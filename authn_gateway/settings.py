@@ -77,12 +77,27 @@ class CacheSettings(Strict):
     max_stale_seconds: NonNegativeFloat = 3600.0
 
 
+class FailureRateSettings(Strict):
+    """Also open when this share of the calls in the window were unavailable.
+
+    Catches an IdP that fails often but not N times in a row (a flapping load balancer
+    member, 30 % 503s), which the consecutive count never sees.
+    """
+
+    threshold: Annotated[float, Field(gt=0, le=1)] = 0.5
+    window_seconds: PositiveFloat = 30.0
+    # Fewer calls than this in the window say nothing: quiet periods must not trip it.
+    min_calls: Annotated[int, Field(ge=1)] = 20
+
+
 class BreakerSettings(Strict):
     # Consecutive unavailable answers that open the breaker.
     fail_max: Annotated[int, Field(ge=1)] = 5
     reset_timeout_seconds: PositiveFloat = 10.0
     # Calls admitted while half-open, in total (fleet-wide with Redis).
     half_open_probes: Annotated[int, Field(ge=1)] = 1
+    # Optional second trip condition; off when unset.
+    failure_rate: FailureRateSettings | None = None
 
 
 class BucketSettings(Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from authn_gateway.breaker import Breaker, LocalProbePermits, Override
+from authn_gateway.breaker import Breaker, FailureRate, LocalProbePermits, Override
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 
 DOWN = Unavailable("down")
@@ -124,3 +124,47 @@ async def test_operator_overrides() -> None:
     b.force(Override.NONE)
     assert b.state == "closed"
     assert transitions[-1] == "forced_closed->closed"
+
+
+def test_failure_rate_needs_min_calls_and_forgets_old_calls() -> None:
+    clock = [0.0]
+    rate = FailureRate(threshold=0.5, window=10.0, min_calls=4, clock=lambda: clock[0])
+    assert [rate.add(True) for _ in range(3)] == [False, False, False]  # too few calls
+    assert rate.add(False)  # 3 of 4 failed
+    clock[0] = 20.0  # all of those are out of the window now
+    assert not rate.add(True)
+    assert [rate.add(False) for _ in range(3)] == [False, False, False]  # 1 of 4
+
+
+async def test_flapping_idp_opens_the_breaker_by_failure_rate() -> None:
+    transitions: list[str] = []
+    b = Breaker(
+        "idp",
+        5,
+        30.0,
+        LocalProbePermits(1),
+        on_transition=lambda name, old, new: transitions.append(f"{old}->{new}"),
+        failure_rate=FailureRate(threshold=0.5, window=60.0, min_calls=10),
+    )
+    # Every other call fails: never 5 in a row, but half of them.
+    for i in range(10):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, DOWN if i % 2 else OK)
+    assert b.state == "open"
+    assert transitions == ["closed->open"]
+
+
+async def test_failure_rate_below_threshold_keeps_it_closed() -> None:
+    b = Breaker(
+        "idp",
+        5,
+        30.0,
+        LocalProbePermits(1),
+        failure_rate=FailureRate(threshold=0.5, window=60.0, min_calls=10),
+    )
+    for i in range(40):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, DOWN if i % 4 == 0 else OK)  # 25 % failures
+    assert b.state == "closed"

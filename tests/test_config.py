@@ -189,3 +189,13 @@ def test_unloadable_ca_bundle_is_a_config_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert f"backends[0] (sso): tls.ca_file: cannot load {bad_ca}" in result.stderr
+
+
+def test_breaker_failure_rate_is_optional_and_validated() -> None:
+    assert parse_config(MINIMAL, "gw.yaml").backends[0].breaker.failure_rate is None
+    text = MINIMAL.replace(
+        "type: static", "type: static\n    breaker: {failure_rate: {threshold: 1.5}}"
+    )
+    assert problems(text) == [
+        "backends[0].breaker.failure_rate.threshold: Input should be less than or equal to 1"
+    ]
