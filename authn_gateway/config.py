@@ -11,7 +11,7 @@ import ipaddress
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -22,7 +22,7 @@ from backends.ldap import LDAPSettings
 from backends.static import StaticSettings
 from backends.userinfo import UserinfoSettings
 
-from .settings import CacheSettings, PositiveFloat, Rate, Secret, Strict
+from .settings import BackendSettings, CacheSettings, PositiveFloat, Rate, Secret, Strict
 
 BackendConfig = Annotated[
     StaticSettings | UserinfoSettings | KeystoneSettings | LDAPSettings | GitLabSettings,
@@ -248,7 +248,7 @@ class GatewayConfig(Strict):
                 )
         return self
 
-    def cache_for(self, backend: Any) -> CacheSettings:
+    def cache_for(self, backend: BackendSettings) -> CacheSettings:
         return backend.cache if backend.cache is not None else self.cache
 
 

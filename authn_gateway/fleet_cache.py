@@ -134,7 +134,7 @@ class TieredCacheStore:
             return None
         entry = self._codec.decode(key, raw)
         if entry is None:
-            self._metrics.cache_rejected_entries.inc()
+            self._metrics.cache_tampered_entries.inc()
             log.warning(
                 "redis: ignored a cache entry that fails its signature check (key %s)",
                 key.hex()[:12],

@@ -135,7 +135,7 @@ class Metrics:
             ["mode"],
             registry=r,
         )
-        self.cache_rejected_entries = Counter(
+        self.cache_tampered_entries = Counter(
             f"{PREFIX}_cache_tampered_entries",
             "Shared-cache entries ignored because their signature did not verify.",
             registry=r,

@@ -100,7 +100,7 @@ class GuardedBackend:
         entry = self.cache.peek(key, now)
         if entry is None or now >= entry.fresh_until:
             entry = await self.cache.get(key)  # shared tier, in fleet mode
-        if entry is not None and self.clock() < entry.fresh_until:
+        if entry is not None and now < entry.fresh_until:
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
         self._miss.inc()

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from loadtests.locustfile import GITLAB_USERS, TOKEN_KINDS
 from loadtests.scenarios import SCENARIOS, Scenario, Step
@@ -138,24 +137,8 @@ def gateway_config(
 
 
 def start_passthrough(config: dict[str, Any], workdir: Path, name: str) -> GatewayProcess:
-    """Run :mod:`loadtests.passthrough` on a free port, like start_gateway does the gateway."""
-    port = free_port()
-    config = {**config, "server": {"host": "127.0.0.1", "port": port}}
-    path = workdir / f"{name}-{port}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    log_path = workdir / f"{name}-{port}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadtests.passthrough", "--config", str(path)],
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    server = GatewayProcess(proc, port, path, log_path)
-    try:
-        wait_for_port(port, proc=proc)
-    except Exception:
-        server.stop()
-        raise RuntimeError(f"pass-through did not start:\n{server.logs()}") from None
-    return server
+    """Run :mod:`loadtests.passthrough` on a free port, the way tests start the gateway."""
+    return start_gateway(config, workdir, name=name, command=("loadtests.passthrough",))
 
 
 # ---- sampling ------------------------------------------------------------------------

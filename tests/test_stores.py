@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -143,3 +144,31 @@ def test_memory_stores_satisfy_the_protocols() -> None:
     bucket: BucketStore = MemoryBucketStore()
     assert len(cache) == 0
     assert bucket is not None
+
+
+async def test_a_redis_that_never_answers_costs_one_deadline_then_local_mode() -> None:
+    # A listener that accepts connections (the backlog does) but never answers a command.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    settings = RedisSettings(
+        url=f"redis://127.0.0.1:{port}/0", timeout_seconds=0.2, retry_seconds=60
+    )
+    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        await fleet.start()
+        assert loop.time() - started < 1.0
+        assert not fleet.link.shared
+        # From now on no call waits for Redis at all.
+        started = loop.time()
+        for i in range(20):
+            await fleet.cache_store().put(bytes([i]) * 32, entry(Authenticated(UserInfo("u"))))
+            assert await fleet.bucket_store().take("bucket:s", 0.001, 100, 0.0) is not None
+        assert loop.time() - started < 0.2
+        assert await fleet.cache_store().get(b"\x01" * 32) is not None
+    finally:
+        await fleet.close()
+        silent.close()

@@ -8,8 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,8 +97,10 @@ def start_gateway(
     port: int | None = None,
     env: dict[str, str] | None = None,
     name: str = "gateway",
+    command: tuple[str, ...] = ("authn_gateway", "serve"),
 ) -> GatewayProcess:
-    """Run ``authn-gateway serve`` with ``config`` (a dict, written as YAML) on a free port."""
+    """Run ``python -m <command> --config FILE`` (by default ``authn-gateway serve``) with
+    ``config`` (a dict, written as YAML) on a free port."""
     port = port or free_port()
     config = dict(config)
     config.setdefault("server", {})
@@ -110,7 +110,7 @@ def start_gateway(
     log_path = workdir / f"{name}-{port}.log"
     log = log_path.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "authn_gateway", "serve", "--config", str(config_path)],
+        [sys.executable, "-m", *command, "--config", str(config_path)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
@@ -120,19 +120,8 @@ def start_gateway(
         wait_for_port(port, proc=proc)
     except Exception:
         gw.stop()
-        raise RuntimeError(f"gateway did not start:\n{gw.logs()}") from None
+        raise RuntimeError(f"{name} did not start:\n{gw.logs()}") from None
     return gw
-
-
-@contextmanager
-def running_gateway(
-    config: dict[str, Any], workdir: Path, **kwargs: Any
-) -> Iterator[GatewayProcess]:
-    gw = start_gateway(config, workdir, **kwargs)
-    try:
-        yield gw
-    finally:
-        gw.stop()
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:
