@@ -60,6 +60,29 @@ class ProbePermits(Protocol):
         ...
 
 
+class CallGate(Protocol):
+    """What the review path needs of a breaker: :class:`Breaker` in one process,
+    :class:`authn_gateway.fleet_breaker.FleetBreaker` across a fleet."""
+
+    name: str
+    override: Override
+
+    @property
+    def state(self) -> str: ...
+
+    def refresh(self) -> str: ...
+
+    async def admit(self) -> Admission | None: ...
+
+    def release(self, ticket: Admission) -> None: ...
+
+    def record(self, ticket: Admission, outcome: Outcome) -> None: ...
+
+    def hold_open(self, seconds: float) -> None: ...
+
+    def force(self, override: Override) -> None: ...
+
+
 class LocalProbePermits:
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -130,13 +153,39 @@ class _TransitionListener(pybreaker.CircuitBreakerListener):  # type: ignore[mis
 class Admission:
     """A ticket for one call; probe calls hold a half-open permit."""
 
-    __slots__ = ("permit",)
+    __slots__ = ("permit", "slot")
 
-    def __init__(self, permit: str | None) -> None:
+    def __init__(self, permit: str | None, slot: bool = False) -> None:
         self.permit = permit
+        self.slot = slot  # holds one of the in-flight slots
+
+
+class Busy(Admission):
+    """Not a ticket: ``max_in_flight`` calls are out already (the gateway's own refusal)."""
+
+
+BUSY = Busy(permit=None)
+
+
+class LocalSlots:
+    """The ceiling on calls in flight from this process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+
+    def take(self) -> bool:
+        if self.in_flight >= self.limit:
+            return False
+        self.in_flight += 1
+        return True
+
+    def give_back(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
 
 
 _NORMAL = Admission(permit=None)
+_PROBE = Admission(permit="probe?")  # internal: half-open, a probe permit is needed
 
 
 class Breaker:
@@ -149,9 +198,11 @@ class Breaker:
         storage: pybreaker.CircuitBreakerStorage | None = None,
         on_transition: Callable[[str, str, str], None] | None = None,
         failure_rate: FailureRate | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         self.name = name
         self._probes = probes
+        self.slots = LocalSlots(max_in_flight) if max_in_flight is not None else None
         self._failure_rate = failure_rate
         self._on_transition = on_transition
         self.override = Override.NONE
@@ -184,7 +235,33 @@ class Breaker:
         return str(self._cb.state.name)
 
     async def admit(self) -> Admission | None:
-        """A ticket if a call may go to the backend now, else None (fail fast)."""
+        """A ticket if a call may go to the backend now, :data:`BUSY` if too many are
+        in flight, else None (fail fast)."""
+        decided = self._decide()
+        if decided is _PROBE:
+            permit = await self._probes.try_acquire()
+            decided = Admission(permit) if permit is not None else None
+        return self._with_slot(decided)
+
+    def admit_now(self) -> Admission | None:
+        """:meth:`admit` for in-process probe permits (no I/O)."""
+        decided = self._decide()
+        if decided is _PROBE:
+            assert isinstance(self._probes, LocalProbePermits)
+            permit = self._probes.acquire_now()
+            decided = Admission(permit) if permit is not None else None
+        return self._with_slot(decided)
+
+    def _with_slot(self, ticket: Admission | None) -> Admission | None:
+        if ticket is None or self.slots is None or self.override is Override.FORCED_CLOSED:
+            return ticket
+        if not self.slots.take():
+            if ticket.permit is not None:
+                self._probes.release(ticket.permit)
+            return BUSY
+        return Admission(ticket.permit, slot=True)
+
+    def _decide(self) -> Admission | None:
         if self.override is Override.FORCED_OPEN:
             return None
         if self.override is Override.FORCED_CLOSED:
@@ -193,21 +270,30 @@ class Breaker:
         if state == CLOSED:
             return _NORMAL
         if state == OPEN:
-            opened_at = self._cb._state_storage.opened_at
-            timeout = timedelta(seconds=self._cb.reset_timeout)
-            if opened_at is not None and datetime.now(UTC) < opened_at + timeout:
+            if self.seconds_until_probe() > 0:
                 return None
             self._cb.half_open()
-        permit = await self._probes.try_acquire()
-        return Admission(permit) if permit is not None else None
+        return _PROBE
+
+    def seconds_until_probe(self) -> float:
+        """While open: seconds until a probe may go out (0 when it may now)."""
+        opened_at = self._cb._state_storage.opened_at
+        if self._cb.current_state != OPEN or opened_at is None:
+            return 0.0
+        until = opened_at + timedelta(seconds=self._cb.reset_timeout) - datetime.now(UTC)
+        return max(0.0, until.total_seconds())
 
     def release(self, ticket: Admission) -> None:
         """Give back a ticket whose call was never made."""
+        if ticket.slot and self.slots is not None:
+            self.slots.give_back()
         if ticket.permit is not None:
             self._probes.release(ticket.permit)
 
     def record(self, ticket: Admission, outcome: Outcome) -> None:
         """Feed one finished call's outcome to the state machine."""
+        if ticket.slot and self.slots is not None:
+            self.slots.give_back()
         if ticket.permit is not None:
             self._probes.spent(ticket.permit)
         if self.override is not Override.NONE:

@@ -69,6 +69,11 @@ class MemoryBucketStore:
     async def take(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
         return self.take_now(key, interval, burst, max_wait)
 
+    def empty(self, key: str, interval: float, burst: int, since: float | None = None) -> None:
+        """Start ``key`` as a bucket that was empty at ``since`` (monotonic; default now)
+        and has refilled at its rate from then."""
+        self._tat[key] = (self._clock() if since is None else since) + burst * interval
+
 
 class TokenBucket:
     """R calls per second with bursts up to B, for one key (a backend, or a caller)."""

@@ -4,13 +4,12 @@ Each piece has the same interface as its in-memory twin (see :mod:`state`) and
 falls back to it while Redis is down (:class:`RedisLink` decides). Design notes and
 the measurements behind them are in docs/decisions.md ("Fleet mode").
 
-* Breaker: pybreaker's storage keeps a local copy, so ``admit()`` never waits on
-  Redis. Local transitions are written to a Redis hash (newest wins, by time) and
-  every replica reads the hashes every ``breaker_sync_seconds``. Failure counts
-  stay per replica; the open/half-open/closed state is the fleet's.
-* Half-open probes: a Redis sorted-set semaphore with expiring members, so K
-  probes in total, and a dead probe's permit frees itself.
-* Token bucket: GCRA in one Lua script, on Redis' own clock.
+* Breaker and in-flight ceiling: one state machine in Redis (:mod:`fleet_breaker`):
+  each call is admitted (state check + one of ``max_in_flight`` slots, or a probe
+  permit) and settled (fleet-wide consecutive failure count, open at ``fail_max``) by
+  a Lua script; transitions are published, and each replica fails fast from its mirror.
+* Token bucket: GCRA in one Lua script, on Redis' own clock; the local fallback
+  starts empty, and the return to shared mode charges what was spent locally.
 * Coalescing: a lease key per cold token; the other replicas wait, bounded, for
   the holder's answer to appear in the shared cache.
 """
@@ -26,48 +25,25 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
-
-import pybreaker
 
 from backends.base import Outcome
 
-from .breaker import LocalProbePermits, ProbePermits
+from .breaker import CallGate, FailureRate
 from .bucket import BucketStore, MemoryBucketStore
 from .cache import MemoryStore
 from .coalesce import SingleFlight
 from .config import RedisSettings
+from .fleet_breaker import FleetBreaker, listen
 from .fleet_cache import EntryCodec, TieredCacheStore
 from .keys import TokenHasher
 from .metrics import Metrics
 from .pipeline import Verdict
 from .redis_link import RedisDown, RedisLink
+from .settings import BackendSettings
+from .state import local_breaker
 
 log = logging.getLogger(__name__)
-
-# Newest write wins, so a slow replica cannot roll the fleet back to an old state.
-BREAKER_WRITE = """
-local current = tonumber(redis.call('HGET', KEYS[1], 'updated_at') or '0')
-if tonumber(ARGV[3]) > current then
-  redis.call('HSET', KEYS[1], 'state', ARGV[1], 'opened_at', ARGV[2], 'updated_at', ARGV[3])
-  return 1
-end
-return 0
-"""
-
-# A counting semaphore whose members expire: a probe that dies frees its permit.
-PROBE_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
 
 # GCRA (see bucket.gcra), atomically, with Redis' clock so replicas agree on "now".
 GCRA_TAKE = """
@@ -85,6 +61,24 @@ redis.call('SET', KEYS[1], string.format('%.6f', new_tat), 'PX',
            math.ceil((new_tat - now) * 1000) + 1000)
 if wait < 0 then wait = 0 end
 return string.format('%.6f', wait)
+"""
+
+# Back in shared mode: the bucket Redis lost starts empty (not full), and the calls a
+# replica made on its own meanwhile (ARGV[3], at most one burst) are charged to it.
+BUCKET_RESUME = """
+local interval = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local tat = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local empty = now + tonumber(ARGV[2]) * interval
+if tat < 0 then
+  tat = empty
+else
+  if tat < now then tat = now end
+  tat = math.min(tat + tonumber(ARGV[3]) * interval, empty)
+end
+redis.call('SET', KEYS[1], string.format('%.6f', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
+return 1
 """
 
 # Release a lease only if we still hold it.
@@ -108,119 +102,24 @@ class _Background:
         task.add_done_callback(self._tasks.discard)
 
 
-class SharedBreakerStorage(pybreaker.CircuitMemoryStorage):  # type: ignore[misc]
-    """pybreaker storage: reads are local; state changes are published to Redis."""
-
-    def __init__(self, backend: str, link: RedisLink, background: _Background) -> None:
-        super().__init__(pybreaker.STATE_CLOSED)
-        self.key = link.key("breaker", backend)
-        self._link = link
-        self._background = background
-        self.updated_at = 0.0
-        self._write_pending = False
-
-    @property
-    def state(self) -> str:
-        return str(self._state)
-
-    @state.setter
-    def state(self, state: str) -> None:
-        self._state = state
-        self._changed()
-
-    @property
-    def opened_at(self) -> datetime | None:
-        return self._opened_at
-
-    @opened_at.setter
-    def opened_at(self, value: datetime) -> None:
-        self._opened_at = value
-        self._changed()
-
-    def _changed(self) -> None:
-        self.updated_at = time.time()
-        if not self._write_pending:
-            # open() sets opened_at then state: one write carries both.
-            self._write_pending = True
-            self._background.spawn(self.push())
-
-    async def push(self) -> None:
-        self._write_pending = False
-        opened = self._opened_at.timestamp() if self._opened_at is not None else 0.0
-        args = (self._state, repr(opened), repr(self.updated_at))
-        with contextlib.suppress(RedisDown):
-            await self._link.script("breaker_write", BREAKER_WRITE, [self.key], list(args))
-
-    def apply_remote(self, fields: dict[bytes, bytes]) -> bool:
-        """Adopt a newer state written by another replica; True if anything changed."""
-        try:
-            updated = float(fields[b"updated_at"])
-            state = fields[b"state"].decode()
-            opened = float(fields[b"opened_at"])
-        except (KeyError, ValueError):
-            return False
-        if updated <= self.updated_at or state not in (
-            pybreaker.STATE_CLOSED,
-            pybreaker.STATE_OPEN,
-            pybreaker.STATE_HALF_OPEN,
-        ):
-            return False
-        self.updated_at = updated
-        self._state = state
-        self._opened_at = datetime.fromtimestamp(opened, UTC) if opened else None
-        return True
-
-
-class RedisProbePermits:
-    def __init__(
-        self, backend: str, limit: int, ttl: float, link: RedisLink, background: _Background
-    ) -> None:
-        self._key = link.key("probes", backend)
-        self._limit = limit
-        self._ttl_ms = int(ttl * 1000)
-        self._link = link
-        self._background = background
-        self._local = LocalProbePermits(limit)
-
-    async def try_acquire(self) -> str | None:
-        if not self._link.shared:
-            return self._local.acquire_now()
-        permit = f"{REPLICA_ID}-{secrets.token_hex(4)}"
-        try:
-            got = await self._link.script(
-                "probe_acquire", PROBE_ACQUIRE, [self._key], [self._limit, self._ttl_ms, permit]
-            )
-        except RedisDown:
-            return self._local.acquire_now()
-        return permit if got == 1 else None
-
-    def release(self, permit: str) -> None:
-        if permit == "local":
-            self._local.release(permit)
-            return
-
-        # If Redis is down the member expires on its own.
-        self._background.spawn(
-            self._link.best_effort("probe_release", lambda r: r.zrem(self._key, permit))
-        )
-
-    def spent(self, permit: str) -> None:
-        # Keep the member until it expires: another replica may still see "half-open"
-        # for up to one sync period after this probe reopened or closed the breaker, and
-        # must not take a second probe in the meantime.
-        if permit == "local":
-            self._local.release(permit)
-
-
 class RedisBucketStore:
-    """Fleet-wide GCRA; while Redis is down, each replica takes R/N and B/N locally."""
+    """Fleet-wide GCRA. While Redis is down each replica takes R/N and B/N locally
+    (N = ``expected_replicas``), from an *empty* local bucket, so switching to local mode
+    never hands out a fresh burst; back in shared mode the calls made locally are charged
+    to the shared bucket (at most one burst's worth), and a shared bucket that Redis lost
+    meanwhile starts empty, not full."""
 
-    def __init__(self, link: RedisLink, replicas: int) -> None:
+    def __init__(self, link: RedisLink, replicas: int, spawn: Callable[[Any], None]) -> None:
         self._link = link
         self._replicas = replicas
+        self._spawn = spawn
         self._local = MemoryBucketStore()
+        # Per key, during the current local period: calls taken locally.
+        self._spent_locally: dict[str, int] = {}
+        self._shapes: dict[str, tuple[float, int]] = {}
 
     async def take(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
+        self._shapes[key] = (interval, burst)
         if self._link.shared:
             redis_key = self._link.key(key)
             try:
@@ -233,7 +132,29 @@ class RedisBucketStore:
                 seconds = float(wait)
                 return None if seconds < 0 else seconds
         n = self._replicas
-        return self._local.take_now(key, interval * n, max(1, math.ceil(burst / n)), max_wait)
+        local_interval, local_burst = interval * n, max(1, math.ceil(burst / n))
+        if key not in self._spent_locally:
+            self._spent_locally[key] = 0
+            self._local.empty(key, local_interval, local_burst, since=self._link.local_since)
+        wait = self._local.take_now(key, local_interval, local_burst, max_wait)
+        if wait is not None:
+            self._spent_locally[key] += 1
+        return wait
+
+    def resumed(self) -> None:
+        """Redis answers again: charge what was spent locally to the shared buckets."""
+        spent, self._spent_locally = self._spent_locally, {}
+        for key, (interval, burst) in self._shapes.items():
+            self._spawn(self._resume(key, interval, burst, min(spent.get(key, 0), burst)))
+
+    async def _resume(self, key: str, interval: float, burst: int, calls: int) -> None:
+        with contextlib.suppress(RedisDown):
+            await self._link.script(
+                "bucket_resume",
+                BUCKET_RESUME,
+                [self._link.key(key)],
+                [repr(interval), burst, calls],
+            )
 
 
 class FleetFlight(SingleFlight[Verdict]):
@@ -320,16 +241,18 @@ class FleetState:
         link: RedisLink | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.link = link or RedisLink(settings, metrics)
         self._background = _Background()
         self._cache = TieredCacheStore(
             MemoryStore(max_entries), self.link, EntryCodec(hasher), metrics
         )
-        self._buckets = RedisBucketStore(self.link, settings.expected_replicas)
-        self._breakers: dict[str, SharedBreakerStorage] = {}
-        self._on_breaker_change: dict[str, Callable[[], object]] = {}
-        self._sync: asyncio.Task[None] | None = None
-        self.link.on_resume(self._push_breakers)
+        self._buckets = RedisBucketStore(
+            self.link, settings.expected_replicas, self._background.spawn
+        )
+        self.breakers: dict[str, FleetBreaker] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.link.on_resume(self._resumed)
 
     def cache_store(self) -> TieredCacheStore:
         return self._cache
@@ -337,16 +260,33 @@ class FleetState:
     def bucket_store(self) -> BucketStore:
         return self._buckets
 
-    def breaker_storage(self, backend: str) -> pybreaker.CircuitBreakerStorage:
-        storage = SharedBreakerStorage(backend, self.link, self._background)
-        self._breakers[backend] = storage
-        return storage
-
-    def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
-        self._on_breaker_change[backend] = refresh
-
-    def probe_permits(self, backend: str, limit: int, ttl: float) -> ProbePermits:
-        return RedisProbePermits(backend, limit, ttl, self.link, self._background)
+    def breaker(
+        self,
+        backend: str,
+        settings: BackendSettings,
+        slot_ttl: float,
+        on_transition: Callable[[str, str, str], None],
+        failure_rate: FailureRate | None,
+    ) -> CallGate:
+        b = settings.breaker
+        fleet = FleetBreaker(
+            backend,
+            b.fail_max,
+            b.reset_timeout_seconds,
+            b.half_open_probes,
+            settings.concurrency.max_in_flight,
+            slot_ttl,
+            self.link,
+            # While Redis is down: this replica's share of the ceiling, its own count.
+            local_breaker(
+                backend, settings, on_transition, None, share=self.settings.expected_replicas
+            ),
+            self._background.spawn,
+            on_transition,
+            failure_rate,
+        )
+        self.breakers[backend] = fleet
+        return fleet
 
     def flights(
         self, backend: str, deadline: float, on_join: Callable[[], None]
@@ -358,36 +298,45 @@ class FleetState:
 
     async def start(self) -> None:
         await self.link.start()
-        self._sync = asyncio.get_running_loop().create_task(self._sync_breakers())
+        loop = asyncio.get_running_loop()
+        if self.breakers:
+            channel = next(iter(self.breakers.values())).channel
+            observe = self.metrics.breaker_propagation.observe
+            self._tasks.append(
+                loop.create_task(
+                    listen(self.link, channel, self.breakers, observe, self.settings.retry_seconds)
+                )
+            )
+            self._tasks.append(loop.create_task(self._sync_breakers()))
 
     async def close(self) -> None:
-        if self._sync is not None:
-            self._sync.cancel()
+        for task in self._tasks:
+            task.cancel()
         await self.link.close()
 
-    def _push_breakers(self) -> None:
-        for storage in self._breakers.values():
-            self._background.spawn(storage.push())
+    def _resumed(self) -> None:
+        self._buckets.resumed()
+        for fleet in self.breakers.values():
+            fleet.resumed()
 
     async def _sync_breakers(self) -> None:
-        names = list(self._breakers)
+        """A slow safety net under the published transitions (a message lost while the
+        subscriber reconnected): read every breaker's state each sync period."""
+        names = list(self.breakers)
         while True:
             await asyncio.sleep(self.settings.breaker_sync_seconds)
-            if not self.link.shared or not names:
+            if not self.link.shared:
                 continue
 
-            async def read(r: Any) -> list[dict[bytes, bytes]]:
+            async def read(r: Any) -> list[list[bytes | None]]:
                 pipe = r.pipeline(transaction=False)
                 for name in names:
-                    pipe.hgetall(self._breakers[name].key)
+                    pipe.hmget(self.breakers[name].keys.state, "state", "opened_at")
                 return list(await pipe.execute())
 
             try:
                 states = await self.link.run("breaker_sync", read)
             except RedisDown:
                 continue
-            for name, fields in zip(names, states, strict=True):
-                if self._breakers[name].apply_remote(fields):
-                    refresh = self._on_breaker_change.get(name)
-                    if refresh is not None:
-                        refresh()
+            for name, (state, opened) in zip(names, states, strict=True):
+                self.breakers[name].adopt(state.decode() if state else "closed", float(opened or 0))

@@ -7,7 +7,7 @@ import os
 
 from backends.base import Backend, BackendConfigError
 
-from .breaker import Breaker, FailureRate
+from .breaker import FailureRate
 from .bucket import InboundLimiter, TokenBucket
 from .cache import ReviewCache
 from .config import SECRET_ENV, ConfigError, GatewayConfig
@@ -92,17 +92,15 @@ class Gateway:
     def _guard(self, settings: BackendSettings, backend: Backend) -> GuardedBackend:
         name = backend.name
         deadline = settings.timeouts.total_seconds
-        breaker = Breaker(
+        breaker = self.state.breaker(
             name,
-            settings.breaker.fail_max,
-            settings.breaker.reset_timeout_seconds,
-            # A probe's permit outlives its call by a margin, then frees itself.
-            self.state.probe_permits(name, settings.breaker.half_open_probes, deadline + 1.0),
-            self.state.breaker_storage(name),
-            on_transition=self.metrics.breaker_transition,
-            failure_rate=_failure_rate(settings),
+            settings,
+            # A probe's permit and an in-flight slot outlive their call by a margin, then
+            # free themselves.
+            deadline + 1.0,
+            self.metrics.breaker_transition,
+            _failure_rate(settings),
         )
-        self.state.watch_breaker(name, breaker.refresh)
         bucket = TokenBucket(
             f"bucket:{name}", settings.bucket.rate, settings.bucket.burst, self.state.bucket_store()
         )

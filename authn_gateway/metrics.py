@@ -135,6 +135,18 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.redis_mode_transitions = Counter(
+            f"{PREFIX}_redis_mode_transitions",
+            "Switches between shared and local fleet state, by the mode switched to.",
+            ["to"],
+            registry=r,
+        )
+        self.breaker_propagation = Histogram(
+            f"{PREFIX}_breaker_propagation_seconds",
+            "From a breaker transition published in Redis to this replica adopting it.",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=r,
+        )
         self.cache_tampered_entries = Counter(
             f"{PREFIX}_cache_tampered_entries",
             "Shared-cache entries ignored because their signature did not verify.",

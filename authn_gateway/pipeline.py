@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable
 
-from .breaker import Breaker
+from .breaker import BUSY, CallGate
 from .bucket import InboundLimiter, TokenBucket
 from .cache import CacheEntry, ReviewCache
 from .coalesce import SingleFlight
@@ -59,7 +59,7 @@ class GuardedBackend:
         *,
         cache: ReviewCache,
         flights: SingleFlight[Verdict],
-        breaker: Breaker,
+        breaker: CallGate,
         bucket: TokenBucket,
         max_wait: float,
         call_deadline: float,
@@ -116,6 +116,9 @@ class GuardedBackend:
         ticket = await self.breaker.admit()
         if ticket is None:
             return self._fallback(known, Unavailable("circuit breaker open"))
+        if ticket is BUSY:
+            self.metrics.limiter_refusal("in_flight", self.name)
+            return self._fallback(known, Unavailable("too many calls in flight to the IdP"))
         if not await self.bucket.acquire(self.max_wait):
             self.breaker.release(ticket)
             self.metrics.limiter_refusal("outbound", self.name)

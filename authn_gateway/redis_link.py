@@ -2,7 +2,9 @@
 
 Redis makes a fleet behave as one gateway; it must never be what takes the
 gateway down. Every call goes through :meth:`RedisLink.run`, which gives it a
-short deadline. The first failure flips the replica to *local* mode: callers get
+short deadline. A refused or reset connection, or ``slow_calls_to_local`` late
+answers in a row (one late answer is a busy Redis, not a dead one), flips the
+replica to *local* mode: callers get
 :class:`RedisDown` at once (no deadline paid per review) and use their local
 state, while a background task pings Redis and flips back to *shared* when it
 answers. Both transitions are logged and exported as metrics.
@@ -23,6 +25,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .config import RedisSettings
 from .metrics import Metrics
@@ -73,6 +76,9 @@ class RedisLink:
         self._recovery: asyncio.Task[None] | None = None
         self._on_resume: list[Callable[[], None]] = []
         self._scripts: dict[str, Any] = {}
+        self._slow_in_a_row = 0
+        # Monotonic time of the last switch to local mode.
+        self.local_since = time.monotonic()
         self._set_mode_metric()
 
     def key(self, *parts: str) -> str:
@@ -92,8 +98,15 @@ class RedisLink:
                 result = await call(self.client)
         except (RedisError, OSError, TimeoutError) as exc:
             self._metrics.redis_errors.labels(op).inc()
-            self._fall_back(op, exc)
+            self._slow_in_a_row += 1
+            slow = isinstance(exc, TimeoutError | RedisTimeoutError)
+            # A busy Redis answers late now and then: that call uses local state, but
+            # the replica stays shared until several calls in a row were late. A refused
+            # or reset connection means Redis is gone: local mode at once.
+            if not slow or self._slow_in_a_row >= self.settings.slow_calls_to_local:
+                self._fall_back(op, exc)
             raise RedisDown from None
+        self._slow_in_a_row = 0
         self._metrics.redis_latency.labels(op).observe(time.perf_counter() - started)
         return result
 
@@ -129,6 +142,8 @@ class RedisLink:
         if not self.shared:
             return
         self.shared = False
+        self.local_since = time.monotonic()
+        self._metrics.redis_mode_transitions.labels("local").inc()
         self._set_mode_metric()
         log.warning(
             "redis: %s failed (%s); falling back to local state until it answers",
@@ -149,6 +164,8 @@ class RedisLink:
             with contextlib.suppress(RedisError, OSError, AttributeError):
                 await self.client.connection_pool.disconnect()
             self.shared = True
+            self._slow_in_a_row = 0
+            self._metrics.redis_mode_transitions.labels("shared").inc()
             self._set_mode_metric()
             log.warning("redis: answering again; fleet state is shared again")
             for callback in self._on_resume:

@@ -109,6 +109,14 @@ class BucketSettings(Strict):
     max_wait_seconds: NonNegativeFloat = 0.0
 
 
+class ConcurrencySettings(Strict):
+    """A ceiling on the calls in flight to the IdP (fleet-wide with Redis)."""
+
+    # With breaker.fail_max it bounds what an outage costs the IdP before the breaker
+    # opens: at most fail_max + max_in_flight calls, whatever the replica count.
+    max_in_flight: Annotated[int, Field(ge=1)] = 20
+
+
 class TokenRules(Strict):
     """Local pre-rejection: tokens that break these never reach the IdP."""
 
@@ -132,6 +140,7 @@ class BackendSettings(Strict):
     cache: CacheSettings | None = None
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     bucket: BucketSettings = Field(default_factory=BucketSettings)
+    concurrency: ConcurrencySettings = Field(default_factory=ConcurrencySettings)
     token_rules: TokenRules = Field(default_factory=TokenRules)
 
     @model_validator(mode="after")

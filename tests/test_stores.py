@@ -7,18 +7,22 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from authn_gateway.breaker import BUSY, CallGate
 from authn_gateway.bucket import BucketStore, MemoryBucketStore
 from authn_gateway.cache import CacheEntry, CacheStore, MemoryStore
 from authn_gateway.config import RedisSettings
 from authn_gateway.fleet import FleetState
 from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
+from authn_gateway.redis_link import RedisDown
+from authn_gateway.settings import BreakerSettings, ConcurrencySettings
 from authn_gateway.state import LocalState
-from backends.base import Authenticated, Rejected, UserInfo
+from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 from tests.support.redis_server import RedisServer
 
 
@@ -101,25 +105,94 @@ async def test_bucket_max_wait_reserves_the_next_slot(state: Any) -> None:
     assert 0.3 < wait <= 0.5
 
 
-async def test_probe_permits_allow_k_then_free_on_release(state: Any) -> None:
-    permits = state.probe_permits("idp", 2, 5.0)
-    first, second = await permits.try_acquire(), await permits.try_acquire()
-    assert first is not None
-    assert second is not None
-    assert await permits.try_acquire() is None
-    permits.release(first)
-
-    await asyncio.sleep(0.05)  # Redis releases in the background
-    assert await permits.try_acquire() is not None
+def breaker_settings(fail_max: int = 2, probes: int = 1, in_flight: int = 10) -> Any:
+    return SimpleNamespace(
+        breaker=BreakerSettings(
+            fail_max=fail_max, reset_timeout_seconds=0.3, half_open_probes=probes
+        ),
+        concurrency=ConcurrencySettings(max_in_flight=in_flight),
+    )
 
 
-async def test_redis_probe_permits_expire_when_the_holder_dies(shared: FleetState) -> None:
-    permits = shared.probe_permits("dying", 1, 0.2)
-    assert await permits.try_acquire() is not None  # never released
-    assert await permits.try_acquire() is None
+def gate(state: Any, name: str, **kw: Any) -> CallGate:
+    gate: CallGate = state.breaker(name, breaker_settings(**kw), 5.0, lambda *a: None, None)
+    return gate
 
+
+async def settled() -> None:
+    await asyncio.sleep(0.05)  # Redis settles in the background
+
+
+async def test_breaker_opens_at_fail_max_then_admits_k_probes(state: Any) -> None:
+    breaker = gate(state, f"b{time.monotonic_ns()}", fail_max=2, probes=2)
+    for _ in range(2):
+        ticket = await breaker.admit()
+        assert ticket is not None and ticket is not BUSY
+        breaker.record(ticket, Unavailable("down"))
+        await settled()
+    assert breaker.state == "open"
+    assert await breaker.admit() is None
+    await asyncio.sleep(0.35)  # reset_timeout
+    probes = [await breaker.admit(), await breaker.admit(), await breaker.admit()]
+    assert [p is not None for p in probes] == [True, True, False]
+    assert probes[0] is not None
+    breaker.record(probes[0], Authenticated(UserInfo("u")))
+    await settled()
+    assert breaker.state == "closed"
+
+
+async def test_a_success_resets_the_failure_count(state: Any) -> None:
+    breaker = gate(state, f"r{time.monotonic_ns()}", fail_max=2)
+    for outcome in (Unavailable("x"), Rejected("bad"), Unavailable("x")):
+        ticket = await breaker.admit()
+        assert ticket is not None
+        breaker.record(ticket, outcome)
+        await settled()
+    assert breaker.state == "closed"
+
+
+async def test_in_flight_ceiling_refuses_past_max_then_frees_on_record(state: Any) -> None:
+    breaker = gate(state, f"c{time.monotonic_ns()}", in_flight=2)
+    first, second = await breaker.admit(), await breaker.admit()
+    assert first is not None and first is not BUSY
+    assert second is not None and second is not BUSY
+    assert await breaker.admit() is BUSY
+    breaker.release(first)
+    await settled()
+    third = await breaker.admit()
+    assert third is not None and third is not BUSY
+
+
+async def test_fleet_failures_are_counted_across_replicas(redis_server: RedisServer) -> None:
+    prefix = f"t{time.monotonic_ns()}"
+    replicas = []
+    for _ in range(3):
+        fleet = FleetState(
+            RedisSettings(url=redis_server.url, key_prefix=prefix), TokenHasher(b"k"), Metrics(), 10
+        )
+        replicas.append((fleet, gate(fleet, "idp", fail_max=3)))
+        await fleet.start()
+    try:
+        # One failure on each replica: three in a row for the fleet.
+        for _, breaker in replicas:
+            ticket = await breaker.admit()
+            assert ticket is not None
+            breaker.record(ticket, Unavailable("down"))
+            await settled()
+        # Every replica knows (from the settle answer or the published message).
+        assert [b.state for _, b in replicas] == ["open"] * 3
+        assert [await b.admit() for _, b in replicas] == [None] * 3
+    finally:
+        for fleet, _ in replicas:
+            await fleet.close()
+
+
+async def test_in_flight_slots_expire_when_the_holder_dies(shared: FleetState) -> None:
+    breaker = shared.breaker("dying", breaker_settings(in_flight=1), 0.2, lambda *a: None, None)
+    assert await breaker.admit() not in (None, BUSY)  # never settled
+    assert await breaker.admit() is BUSY
     await asyncio.sleep(0.3)
-    assert await permits.try_acquire() is not None
+    assert await breaker.admit() not in (None, BUSY)
 
 
 async def test_redis_down_falls_back_to_a_local_share_of_the_bucket(tmp_path: Path) -> None:
@@ -130,9 +203,13 @@ async def test_redis_down_falls_back_to_a_local_share_of_the_bucket(tmp_path: Pa
     try:
         assert not fleet.link.shared
         store = fleet.bucket_store()
-        # burst 4 across 2 replicas: this replica may take 2.
-        answers = [await store.take("bucket:y", 0.1, 4, 0.0) for _ in range(4)]
-        assert [a is not None for a in answers] == [True, True, False, False]
+        # Rate 10/s and burst 4 across 2 replicas: this replica's bucket runs at 5/s
+        # with burst 2, and starts empty (no burst for having switched mode).
+        answers = [await store.take("bucket:y", 0.1, 4, 0.0) for _ in range(2)]
+        assert answers == [None, None]
+        await asyncio.sleep(0.25)  # one local interval (0.2 s) refills one call
+        answers = [await store.take("bucket:y", 0.1, 4, 0.0) for _ in range(2)]
+        assert [a is not None for a in answers] == [True, False]
         await fleet.cache_store().put(b"z" * 32, entry(Authenticated(UserInfo("u"))))
         assert await fleet.cache_store().get(b"z" * 32) is not None
     finally:
@@ -153,7 +230,10 @@ async def test_a_redis_that_never_answers_costs_one_deadline_then_local_mode() -
     silent.listen(16)
     port = silent.getsockname()[1]
     settings = RedisSettings(
-        url=f"redis://127.0.0.1:{port}/0", timeout_seconds=0.2, retry_seconds=60
+        url=f"redis://127.0.0.1:{port}/0",
+        timeout_seconds=0.2,
+        retry_seconds=60,
+        slow_calls_to_local=1,
     )
     fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
     loop = asyncio.get_running_loop()
@@ -166,9 +246,35 @@ async def test_a_redis_that_never_answers_costs_one_deadline_then_local_mode() -
         started = loop.time()
         for i in range(20):
             await fleet.cache_store().put(bytes([i]) * 32, entry(Authenticated(UserInfo("u"))))
-            assert await fleet.bucket_store().take("bucket:s", 0.001, 100, 0.0) is not None
+            await fleet.bucket_store().take("bucket:s", 0.001, 100, 0.0)
         assert loop.time() - started < 0.2
         assert await fleet.cache_store().get(b"\x01" * 32) is not None
     finally:
         await fleet.close()
         silent.close()
+
+
+async def test_one_late_answer_is_a_busy_redis_not_a_dead_one(redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, timeout_seconds=0.1, slow_calls_to_local=3)
+    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    await fleet.start()
+    try:
+        link = fleet.link
+
+        async def late(r: Any) -> None:
+            await asyncio.sleep(0.2)
+
+        for _ in range(2):
+            with pytest.raises(RedisDown):
+                await link.run("slow", late)
+        assert link.shared  # two late answers: still shared
+        await link.run("ping", lambda r: r.ping())  # an answer in time resets the count
+        for _ in range(2):
+            with pytest.raises(RedisDown):
+                await link.run("slow", late)
+        assert link.shared
+        with pytest.raises(RedisDown):
+            await link.run("slow", late)
+        assert not link.shared  # three in a row: local mode
+    finally:
+        await fleet.close()

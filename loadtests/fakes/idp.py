@@ -12,6 +12,7 @@ control port (``POST /_fake/faults`` with a JSON body of the same fields):
 * ``status``        - answer every call with this status (401 for everyone, 500, 429);
 * ``retry_after``   - seconds, sent as ``Retry-After`` on 429s;
 * ``hang``          - read the request, never answer;
+* ``reset``         - read the request (it is counted), then reset the connection (RST);
 * ``refuse``        - close the listening socket, so connections are refused.
 
 ``GET /_fake/stats`` (or :meth:`FakeIdP.stats`) counts the calls received.
@@ -26,6 +27,8 @@ import argparse
 import asyncio
 import json
 import random
+import socket
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +48,7 @@ class Faults:
     status: int | None = None
     retry_after: float | None = None
     hang: bool = False
+    reset: bool = False
     refuse: bool = False
     # Lifetime reported in the "exp" claim; None reports no expiry.
     expires_in: float | None = None
@@ -58,6 +62,18 @@ class Stats:
     max_in_flight: int = 0
     # Monotonic arrival times of the most recent calls, for rate checks.
     arrivals: list[float] = field(default_factory=list)
+
+
+class ResetConnection(Exception):
+    """Raised by a handler: reset the connection instead of answering."""
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        # Linger 0: close() sends RST, as a crashing or overloaded server does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 async def serve_h11(
@@ -89,9 +105,13 @@ async def serve_h11(
                 if isinstance(part, h11.EndOfMessage):
                     break
             headers = {k.decode().lower(): v.decode() for k, v in event.headers}
-            status, out_headers, out = await handler(
-                event.method.decode(), event.target.decode(), headers, body
-            )
+            try:
+                status, out_headers, out = await handler(
+                    event.method.decode(), event.target.decode(), headers, body
+                )
+            except ResetConnection:
+                _reset(writer)
+                return
             hdrs = [(k, v) for k, v in out_headers.items()]
             hdrs.append(("content-length", str(len(out))))
             writer.write(conn.send(h11.Response(status_code=status, headers=hdrs)))
@@ -119,6 +139,8 @@ async def injected_fault(
     """Apply the hang, latency and status faults: the answer to send instead, or None."""
     if faults.hang:
         await asyncio.Event().wait()
+    if faults.reset:
+        raise ResetConnection
     if faults.latency:
         await asyncio.sleep(faults.latency)
     status = faults.status
