@@ -251,25 +251,6 @@ def _template_problem(template: str, allowed: set[str]) -> str | None:
     return None
 
 
-# What a request sent on a connection the server already closed runs into.
-_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-
-
-async def resend_if_dropped(send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
-    """Send; once more if the server had silently closed the pooled connection.
-
-    uWSGI's http-socket (a usual way to serve Keystone) answers HTTP/1.1 without
-    "Connection: close" and then closes. A request that reuses the socket before the
-    FIN arrives is reset or gets no answer (15 of 100 back-to-back requests here). Once
-    more is enough: the dead socket has left the pool, and older idle ones are checked
-    before reuse. Timeouts and refused connections are Keystone's and are not resent.
-    """
-    try:
-        return await send()
-    except _DROPPED:
-        return await send()
-
-
 # --- the service token ---------------------------------------------------------------
 
 
@@ -377,12 +358,10 @@ class ServiceToken:
         started = self._clock()
         try:
             async with asyncio.timeout(self._deadline):
-                response = await resend_if_dropped(
-                    lambda: self._client.post(
-                        "auth/tokens",
-                        params={"nocatalog": "1"},
-                        json=self._credentials.auth_request(),
-                    )
+                response = await self._client.post(
+                    "auth/tokens",
+                    params={"nocatalog": "1"},
+                    json=self._credentials.auth_request(),
                 )
         except TimeoutError:
             return self._failed(Unavailable("service login: no answer in time"))
@@ -512,8 +491,14 @@ class KeystoneBackend(Backend):
         super().__init__(settings.name)
         self._s = settings
         self._base = settings.v3_url + "/"
+        # Keystone is usually served by uWSGI, which closes idle connections unannounced:
+        # the one case a request is resent (once, paid from the outbound budget).
         self._client = client or make_client(
-            self._base, settings.timeouts, settings.tls, settings.pool
+            self._base,
+            settings.timeouts,
+            settings.tls,
+            settings.pool,
+            resend_budget=lambda: self.call_budget,
         )
         self.service = ServiceToken(
             settings.name, self._client, settings.service, settings.service_token, settings.timeouts
@@ -581,7 +566,7 @@ class KeystoneBackend(Backend):
             if isinstance(service, Unavailable):
                 return service
             try:
-                response = await resend_if_dropped(functools.partial(send, service))
+                response = await send(service)
             except httpx.HTTPError as exc:
                 return transport_failure(exc)
             if response.status_code != 401:
