@@ -111,7 +111,8 @@ async def one_run(
     fault_started = time.monotonic()
     during = await open_loop(fleet.urls, rate, outage, cold(fault))
     idp.configure(**HEALTHY)
-    calls_in_outage = sum(1 for t in idp.stats().arrivals if t < fault_started + outage)
+    outage_stats = idp.stats()
+    calls_in_outage = sum(1 for t in outage_stats.arrivals if t < fault_started + outage)
     # Recovery: wait out the breaker, then a cold burst.
     await asyncio.sleep(7.0)
     idp.reset_stats()
@@ -127,6 +128,7 @@ async def one_run(
         "offered_per_s": rate,
         "outage_s": outage,
         "idp_calls_in_outage": calls_in_outage,
+        "idp_max_in_flight": outage_stats.max_in_flight,
         "answers_in_outage": during.answered,
         "errors_in_outage": during.errors,
         "burst_sent": burst.sent,
@@ -134,6 +136,13 @@ async def one_run(
         "burst_max_calls_in_1s": max_in_window(arrivals, 1.0),
         "redis_p50_s": histogram_quantile(merged, "authn_gateway_redis_duration_seconds", 0.5),
         "redis_p99_s": histogram_quantile(merged, "authn_gateway_redis_duration_seconds", 0.99),
+        "propagation_p50_s": histogram_quantile(
+            merged, "authn_gateway_breaker_propagation_seconds", 0.5
+        ),
+        "propagation_p99_s": histogram_quantile(
+            merged, "authn_gateway_breaker_propagation_seconds", 0.99
+        ),
+        "redis_p999_s": histogram_quantile(merged, "authn_gateway_redis_duration_seconds", 0.999),
         "redis_errors": sum(metric_value(t, "authn_gateway_redis_errors_total") for t in texts),
         "left_shared": sum(
             metric_value(t, "authn_gateway_redis_mode_transitions_total", to="local") for t in texts
@@ -180,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=150.0, help="offered reviews/s, fleet")
     parser.add_argument("--outage", type=float, default=10.0)
     parser.add_argument("--backend", default="", help="JSON merged into the backend config")
+    parser.add_argument("--redis-timeout", type=float, default=None)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    args.redis = {"timeout_seconds": 0.1}
+    # The defaults (timeout 0.25 s, 3 late answers to local mode) unless --redis-timeout.
+    args.redis = {"timeout_seconds": args.redis_timeout} if args.redis_timeout else {}
     rows = asyncio.run(main_async(args))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
