@@ -118,5 +118,25 @@ SCENARIOS: dict[str, Scenario] = {
             cold_probe=True,
             backend=_BREAKER,
         ),
+        Scenario(
+            "fleet-6",
+            "six replicas sharing Redis; the IdP resets every connection from 30 % to 60 % "
+            "of the run; cold-heavy load",
+            replicas=6,
+            redis=True,
+            warm=False,
+            hot=1000,
+            mix="hot=0.7,cold=0.2,invalid=0.05,sa=0.05",
+            steps=(
+                Step(0.3, "IdP resets connections", {"reset": True}),
+                Step(0.6, "IdP back", {"reset": False}),
+            ),
+            cold_probe=True,
+            backend={
+                **_BREAKER,
+                "concurrency": {"max_in_flight": 20},
+                "bucket": {"rate": 100, "burst": 100},
+            },
+        ),
     )
 }
