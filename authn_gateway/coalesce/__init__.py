@@ -1,0 +1,30 @@
+"""Coalescing: concurrent misses of one cache key make one backend call.
+
+The cache layer owns the flight (as kube-apiserver's cached token authenticator does):
+a :class:`Coalescer` runs the call once per key and, while another process holds the
+key (Redis lease), waits for that process's answer through ``recheck``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from backends.base import Verdict
+from backends.flight import SingleFlight
+
+from .memory import LocalCoalescer
+
+__all__ = ["Coalescer", "LocalCoalescer", "SingleFlight"]
+
+
+class Coalescer(Protocol):
+    async def do(
+        self,
+        key: bytes,
+        call: Callable[[], Awaitable[Verdict]],
+        recheck: Callable[[], Awaitable[Verdict | None]],
+    ) -> Verdict:
+        """``call()``'s answer, shared by every concurrent caller of ``key``;
+        ``recheck()`` reads what another process answered for ``key`` meanwhile."""
+        ...
