@@ -31,8 +31,8 @@ import httpx
 from ..base import Backend, Outcome, Rejected, Unavailable
 from ..budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
 from ..http import make_client, server_failure
-from .groups import Group, GroupLookup
-from .identity import map_identity
+from .groups import GroupLookup
+from .identity import Group, map_identity
 from .service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
 from .settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
 

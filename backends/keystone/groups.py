@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -16,16 +15,9 @@ from cachetools import TTLCache
 from ..base import Rejected, Unavailable
 from ..flight import SingleFlight
 from ..http import server_failure
+from .identity import Group
 from .service_token import ServiceTokenAuth, send_with_service_token
 from .settings import GroupLookupSettings
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    id: str
-    name: str
-    domain_id: str
-
 
 Groups = tuple[Group, ...]
 

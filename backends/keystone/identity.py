@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..base import Authenticated, Outcome, Rejected, Unavailable, UserInfo
 from .settings import KeystoneSettings, Scope
 
-if TYPE_CHECKING:
-    from .groups import Group
-
 EXTRA = "alpha.kubernetes.io/identity/"
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One of a user's Keystone groups (:mod:`.groups` looks them up)."""
+
+    id: str
+    name: str
+    domain_id: str
 
 
 def token_scope(token: Mapping[str, Any]) -> Scope:
