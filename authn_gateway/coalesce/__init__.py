@@ -7,24 +7,18 @@ key (Redis lease), waits for that process's answer through ``recheck``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from backends.base import Verdict
 from backends.flight import SingleFlight
 
-from .memory import LocalCoalescer
+from .memory import Call, LocalCoalescer, Recheck
 
-__all__ = ["Coalescer", "LocalCoalescer", "SingleFlight"]
+__all__ = ["Call", "Coalescer", "LocalCoalescer", "Recheck", "SingleFlight"]
 
 
 class Coalescer(Protocol):
-    async def do(
-        self,
-        key: bytes,
-        call: Callable[[], Awaitable[Verdict]],
-        recheck: Callable[[], Awaitable[Verdict | None]],
-    ) -> Verdict:
+    async def do(self, key: bytes, call: Call, recheck: Recheck) -> Verdict:
         """``call()``'s answer, shared by every concurrent caller of ``key``;
         ``recheck()`` reads what another process answered for ``key`` meanwhile."""
         ...

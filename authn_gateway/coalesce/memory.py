@@ -7,6 +7,10 @@ from collections.abc import Awaitable, Callable
 from backends.base import Verdict
 from backends.flight import SingleFlight
 
+#: The one call per key, and the read of what another process answered meanwhile.
+Call = Callable[[], Awaitable[Verdict]]
+Recheck = Callable[[], Awaitable[Verdict | None]]
+
 
 class LocalCoalescer:
     def __init__(self, on_join: Callable[[], None] | None = None) -> None:
@@ -15,10 +19,5 @@ class LocalCoalescer:
     def __len__(self) -> int:
         return len(self.flights)
 
-    async def do(
-        self,
-        key: bytes,
-        call: Callable[[], Awaitable[Verdict]],
-        recheck: Callable[[], Awaitable[Verdict | None]],
-    ) -> Verdict:
+    async def do(self, key: bytes, call: Call, recheck: Recheck) -> Verdict:
         return await self.flights.do(key, call)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from backends.base import Verdict
 from backends.flight import SingleFlight
 
 from ..redis_link import REPLICA_ID, RedisDown, RedisLink, lua_script
 from ..tasks import Background
+from .memory import Call, Recheck
 
 LEASE_RELEASE = lua_script(__package__, "lease_release.lua")
 
@@ -42,20 +43,10 @@ class LeaseCoalescer:
     def __len__(self) -> int:
         return len(self.flights)
 
-    async def do(
-        self,
-        key: bytes,
-        call: Callable[[], Awaitable[Verdict]],
-        recheck: Callable[[], Awaitable[Verdict | None]],
-    ) -> Verdict:
+    async def do(self, key: bytes, call: Call, recheck: Recheck) -> Verdict:
         return await self.flights.do(key, lambda: self._fleet_call(key, call, recheck))
 
-    async def _fleet_call(
-        self,
-        key: bytes,
-        call: Callable[[], Awaitable[Verdict]],
-        recheck: Callable[[], Awaitable[Verdict | None]],
-    ) -> Verdict:
+    async def _fleet_call(self, key: bytes, call: Call, recheck: Recheck) -> Verdict:
         lease = self._link.key("lease", self._backend, key.hex())
         try:
             held = await self._link.run(
@@ -71,9 +62,7 @@ class LeaseCoalescer:
         answer = await self._wait_for_holder(lease, recheck)
         return answer if answer is not None else await call()
 
-    async def _wait_for_holder(
-        self, lease: str, recheck: Callable[[], Awaitable[Verdict | None]]
-    ) -> Verdict | None:
+    async def _wait_for_holder(self, lease: str, recheck: Recheck) -> Verdict | None:
         """The holder's cached answer, or None if it gave none (died, or IdP unavailable)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait
