@@ -2,6 +2,8 @@
 
 One pooled :class:`httpx.AsyncClient` per backend, with the backend's deadlines and
 TLS settings, and one place that turns transport failures into :class:`Unavailable`.
+Per-call policy is a transport wrapper under the client: the call budget
+(:class:`~backends.budget.BudgetedTransport`) and :class:`ResendIfDropped`.
 """
 
 from __future__ import annotations
@@ -9,15 +11,14 @@ from __future__ import annotations
 import email.utils
 import ssl
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 from pydantic import Field
 
-from authn_gateway.settings import Strict, TimeoutSettings
-
-from .base import BackendConfigError, CallBudget, Unavailable
+from .base import BackendConfigError, Unavailable
+from .budget import BudgetedTransport, CallBudget, CallHeldBack
+from .settings import Strict, TimeoutSettings
 
 
 class TLSClientSettings(Strict):
@@ -35,54 +36,10 @@ class PoolSettings(Strict):
     keepalive_expiry_seconds: float = Field(default=5.0, ge=0)
 
 
-def make_client(
-    base_url: str,
-    timeouts: TimeoutSettings,
-    tls: TLSClientSettings,
-    pool: PoolSettings | None = None,
-    headers: dict[str, str] | None = None,
-    resend_budget: Callable[[], CallBudget | None] | None = None,
-) -> httpx.AsyncClient:
-    """A pooled client. With ``resend_budget``, requests go through :class:`ResendIfDropped`
-    (for servers that close idle connections unannounced), each resend paid from the
-    budget it returns."""
-    pool = pool or PoolSettings()
-    verify: ssl.SSLContext | bool = tls.verify
-    if tls.verify and tls.ca_file is not None:
-        try:
-            verify = ssl.create_default_context(cafile=str(tls.ca_file))
-        except (OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
-            raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
-    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
-        verify=verify,
-        limits=httpx.Limits(
-            max_connections=pool.max_connections,
-            max_keepalive_connections=pool.max_keepalive_connections,
-            keepalive_expiry=pool.keepalive_expiry_seconds,
-        ),
-        trust_env=False,
-    )
-    if resend_budget is not None:
-        transport = ResendIfDropped(transport, resend_budget)
-    return httpx.AsyncClient(
-        base_url=base_url,
-        timeout=httpx.Timeout(
-            timeouts.total_seconds,
-            connect=timeouts.connect_seconds,
-            read=timeouts.read_seconds,
-        ),
-        transport=transport,
-        headers=headers,
-        # An IdP never needs to redirect a validation call; following one could leak
-        # the token to another host.
-        follow_redirects=False,
-        trust_env=False,
-    )
-
-
 # What a request sent on a connection the server already closed runs into.
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
 # httpcore trace events: a new connection was made; the answer's headers arrived.
 _CONNECTING = "connection.connect_tcp.started"
 _ANSWERED = "http11.receive_response_headers.complete"
@@ -102,9 +59,7 @@ class ResendIfDropped(httpx.AsyncBaseTransport):
     connection is the server's failure and is never resent.
     """
 
-    def __init__(
-        self, inner: httpx.AsyncBaseTransport, budget: Callable[[], CallBudget | None]
-    ) -> None:
+    def __init__(self, inner: httpx.AsyncBaseTransport, budget: CallBudget | None) -> None:
         self._inner = inner
         self._budget = budget
         self.resends = 0
@@ -124,8 +79,7 @@ class ResendIfDropped(httpx.AsyncBaseTransport):
         except _DROPPED:
             if _CONNECTING in seen or _ANSWERED in seen:
                 raise
-            budget = self._budget()
-            if budget is not None and not await budget.acquire(0.0):
+            if self._budget is not None and not await self._budget.acquire(0.0):
                 raise
             self.resends += 1
             seen.clear()
@@ -135,8 +89,59 @@ class ResendIfDropped(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+def make_client(
+    base_url: str,
+    timeouts: TimeoutSettings,
+    tls: TLSClientSettings,
+    pool: PoolSettings | None = None,
+    headers: dict[str, str] | None = None,
+    budget: CallBudget | None = None,
+    resend_if_dropped: bool = False,
+) -> httpx.AsyncClient:
+    """The backend's client; with ``budget``, every request not sent with
+    ``extensions=PAID_BY_REVIEW`` takes from it (a refusal raises ``CallHeldBack``)."""
+    pool = pool or PoolSettings()
+    verify: ssl.SSLContext | bool = tls.verify
+    if tls.verify and tls.ca_file is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(tls.ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
+    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
+        verify=verify,
+        limits=httpx.Limits(
+            max_connections=pool.max_connections,
+            max_keepalive_connections=pool.max_keepalive_connections,
+            keepalive_expiry=pool.keepalive_expiry_seconds,
+        ),
+        trust_env=False,
+    )
+    if resend_if_dropped:
+        # A resend is one more request to the IdP: it takes from the budget itself.
+        transport = ResendIfDropped(transport, budget)
+    if budget is not None:
+        transport = BudgetedTransport(transport, budget)
+    return httpx.AsyncClient(
+        base_url=base_url,
+        timeout=httpx.Timeout(
+            timeouts.total_seconds,
+            connect=timeouts.connect_seconds,
+            read=timeouts.read_seconds,
+        ),
+        transport=transport,
+        headers=headers,
+        # An IdP never needs to redirect a validation call; following one could leak
+        # the token to another host.
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
 def transport_failure(exc: httpx.HTTPError) -> Unavailable:
     """Map an httpx exception to a short, secret-free reason."""
+    if isinstance(exc, CallHeldBack):
+        return exc.outcome
     if isinstance(exc, httpx.TimeoutException):
         return Unavailable("timed out")
     if isinstance(exc, httpx.ConnectError):

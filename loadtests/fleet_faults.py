@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.fakes.idp import FakeIdP
-from loadtests.fakes.keystone import FakeKeystone, mint_token
+from tests.support.fakes.idp import FakeIdP
+from tests.support.fakes.keystone import FakeKeystone, mint_token
 from tests.support.fleet import Fleet, fleet_config, open_loop, running
 from tests.support.procs import metric_value
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import redis
 
-from loadtests.fakes.idp import FakeIdP
+from tests.support.fakes.idp import FakeIdP
 from tests.support.fleet import Fleet, fleet_config, open_loop, running
 
 FAIL_MAX = 3

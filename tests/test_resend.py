@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from authn_gateway.settings import TimeoutSettings
+from backends.budget import PAID_BY_REVIEW
 from backends.http import ResendIfDropped, TLSClientSettings, make_client
-from loadtests.fakes.idp import FakeIdP
+from backends.settings import TimeoutSettings
+from tests.support.fakes.idp import FakeIdP
 
 
 class UnannouncedClose:
@@ -82,12 +83,13 @@ async def uwsgi_like() -> AsyncIterator[UnannouncedClose]:
 
 def client(url: str, budget: Budget | None) -> httpx.AsyncClient:
     timeouts = TimeoutSettings(connect_seconds=0.5, read_seconds=0.5, total_seconds=0.5)
-    return make_client(url, timeouts, TLSClientSettings(), resend_budget=lambda: budget)
+    return make_client(url, timeouts, TLSClientSettings(), budget=budget, resend_if_dropped=True)
 
 
 def resends(c: httpx.AsyncClient) -> int:
     transport = c._transport
-    assert isinstance(transport, ResendIfDropped)
+    while not isinstance(transport, ResendIfDropped):
+        transport = transport._inner  # under the budget's transport
     return transport.resends
 
 
@@ -96,7 +98,9 @@ async def test_a_request_dropped_on_a_pooled_connection_is_resent_once(
 ) -> None:
     budget = Budget(100)
     async with client(f"http://127.0.0.1:{uwsgi_like.port}", budget) as c:
-        answers = [await c.get("/v3/auth/tokens") for _ in range(10)]
+        # Each call paid by its review (as the budget layer pays the first call): only
+        # resends ask the budget.
+        answers = [await c.get("/v3/auth/tokens", extensions=PAID_BY_REVIEW) for _ in range(10)]
         assert [a.status_code for a in answers] == [200] * 10
         # Every call after the first met the dropped pooled socket, and was resent once.
         assert uwsgi_like.answered == 10
@@ -108,9 +112,9 @@ async def test_a_request_dropped_on_a_pooled_connection_is_resent_once(
 async def test_a_resend_the_budget_refuses_is_not_made(uwsgi_like: UnannouncedClose) -> None:
     budget = Budget(0)
     async with client(f"http://127.0.0.1:{uwsgi_like.port}", budget) as c:
-        assert (await c.get("/")).status_code == 200
+        assert (await c.get("/", extensions=PAID_BY_REVIEW)).status_code == 200
         with pytest.raises(httpx.RemoteProtocolError):
-            await c.get("/")
+            await c.get("/", extensions=PAID_BY_REVIEW)
         assert resends(c) == 0
         assert uwsgi_like.answered == 1
         assert uwsgi_like.connections == 1  # no second connection for a resend

@@ -12,17 +12,16 @@ from typing import Any
 
 import pytest
 
-from authn_gateway.breaker import BUSY, CallGate
+from authn_gateway.breaker.machine import BUSY, CallGate
 from authn_gateway.bucket import BucketStore, MemoryBucketStore
 from authn_gateway.cache import CacheEntry, CacheStore, MemoryStore
 from authn_gateway.config import RedisSettings
-from authn_gateway.fleet import FleetState
 from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
 from authn_gateway.redis_link import RedisDown
-from authn_gateway.settings import BreakerSettings, ConcurrencySettings
-from authn_gateway.state import LocalState
+from authn_gateway.stores import MemoryStores, RedisStores
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
+from backends.settings import BreakerSettings, ConcurrencySettings
 from tests.support.redis_server import RedisServer
 
 
@@ -33,9 +32,9 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
-async def fleet_state(server: RedisServer) -> FleetState:
+async def fleet_state(server: RedisServer) -> RedisStores:
     settings = RedisSettings(url=server.url, key_prefix=f"t{time.monotonic_ns()}")
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 1000)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 1000)
     await fleet.start()
     return fleet
 
@@ -44,7 +43,7 @@ async def fleet_state(server: RedisServer) -> FleetState:
 async def state(request: pytest.FixtureRequest, redis_server: RedisServer) -> AsyncIterator[Any]:
     """Each store, in memory and over Redis; the same tests run against both."""
     if request.param == "memory":
-        yield LocalState(1000)
+        yield MemoryStores(1000)
         return
     fleet = await fleet_state(redis_server)
     yield fleet
@@ -52,7 +51,7 @@ async def state(request: pytest.FixtureRequest, redis_server: RedisServer) -> As
 
 
 @pytest.fixture
-async def shared(redis_server: RedisServer) -> AsyncIterator[FleetState]:
+async def shared(redis_server: RedisServer) -> AsyncIterator[RedisStores]:
     """Redis only: behaviour that exists because state outlives a process."""
     fleet = await fleet_state(redis_server)
     yield fleet
@@ -78,10 +77,10 @@ async def test_cache_round_trips_positive_and_negative_entries(state: Any) -> No
     assert await store.get(b"x" * 32) is None
 
 
-async def test_shared_cache_serves_a_fresh_process(shared: FleetState) -> None:
+async def test_shared_cache_serves_a_fresh_process(shared: RedisStores) -> None:
     state = shared
     await state.cache_store().put(b"k" * 32, entry(Authenticated(UserInfo("bob"))))
-    other = FleetState(state.settings, TokenHasher(b"k"), Metrics(), 1000)
+    other = RedisStores(state.settings, TokenHasher(b"k"), Metrics(), 1000)
     await other.start()
     try:
         got = await other.cache_store().get(b"k" * 32)
@@ -167,7 +166,7 @@ async def test_fleet_failures_are_counted_across_replicas(redis_server: RedisSer
     prefix = f"t{time.monotonic_ns()}"
     replicas = []
     for _ in range(3):
-        fleet = FleetState(
+        fleet = RedisStores(
             RedisSettings(url=redis_server.url, key_prefix=prefix), TokenHasher(b"k"), Metrics(), 10
         )
         replicas.append((fleet, gate(fleet, "idp", fail_max=3)))
@@ -187,7 +186,7 @@ async def test_fleet_failures_are_counted_across_replicas(redis_server: RedisSer
             await fleet.close()
 
 
-async def test_in_flight_slots_expire_when_the_holder_dies(shared: FleetState) -> None:
+async def test_in_flight_slots_expire_when_the_holder_dies(shared: RedisStores) -> None:
     breaker = shared.breaker("dying", breaker_settings(in_flight=1), 0.2, lambda *a: None, None)
     assert await breaker.admit() not in (None, BUSY)  # never settled
     assert await breaker.admit() is BUSY
@@ -198,7 +197,7 @@ async def test_in_flight_slots_expire_when_the_holder_dies(shared: FleetState) -
 async def test_redis_down_falls_back_to_a_local_share_of_the_bucket(tmp_path: Path) -> None:
     down = RedisServer(tmp_path)  # never started
     settings = RedisSettings(url=down.url, expected_replicas=2, retry_seconds=60)
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 100)
     await fleet.start()
     try:
         assert not fleet.link.shared
@@ -235,7 +234,7 @@ async def test_a_redis_that_never_answers_costs_one_deadline_then_local_mode() -
         retry_seconds=60,
         slow_calls_to_local=1,
     )
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 100)
     loop = asyncio.get_running_loop()
     try:
         started = loop.time()
@@ -256,7 +255,7 @@ async def test_a_redis_that_never_answers_costs_one_deadline_then_local_mode() -
 
 async def test_one_late_answer_is_a_busy_redis_not_a_dead_one(redis_server: RedisServer) -> None:
     settings = RedisSettings(url=redis_server.url, timeout_seconds=0.1, slow_calls_to_local=3)
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 100)
     await fleet.start()
     try:
         link = fleet.link

@@ -1,9 +1,9 @@
-"""The fleet's breaker: one state machine in Redis, a local mirror for failing fast.
+"""The breaker's fleet state: one state machine in Redis, a local mirror for failing fast.
 
-Every call to the IdP is admitted by one Lua script (``breaker_admit.lua``) that
+Every call to the IdP is admitted by one Lua script (``admit.lua``) that
 checks the fleet's breaker state and takes one of ``max_in_flight`` fleet-wide slots
 (or, half-open, one of K probe permits), and settled by another
-(``breaker_settle.lua``) that frees the slot and counts the outcome: consecutive
+(``settle.lua``) that frees the slot and counts the outcome: consecutive
 failures fleet-wide, opening at ``fail_max``, and publishing every transition. So,
 whatever the replica count:
 
@@ -29,19 +29,18 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from backends.base import Outcome, Unavailable
 
-from .breaker import BUSY, CLOSED, HALF_OPEN, OPEN, Admission, Breaker, FailureRate, Override
-from .redis_link import RedisDown, RedisLink
+from ..redis_link import RedisDown, RedisLink, lua_script
+from .machine import BUSY, CLOSED, HALF_OPEN, OPEN, Admission, Breaker, FailureRate, Override
 
 log = logging.getLogger(__name__)
 
-ADMIT = resources.files(__package__).joinpath("breaker_admit.lua").read_text()
-SETTLE = resources.files(__package__).joinpath("breaker_settle.lua").read_text()
-HOLD = resources.files(__package__).joinpath("breaker_hold.lua").read_text()
+ADMIT = lua_script(__package__, "admit.lua")
+SETTLE = lua_script(__package__, "settle.lua")
+HOLD = lua_script(__package__, "hold.lua")
 
 
 class FleetTicket(Admission):
@@ -265,3 +264,65 @@ async def listen(
         except Exception as exc:  # any failure: reconnect after a pause
             log.debug("breaker events: subscriber lost (%s); retrying", type(exc).__name__)
             await asyncio.sleep(retry_seconds)
+
+
+class BreakerSync:
+    """The fleet breakers of one replica: the subscriber that adopts published
+    transitions, and a slow poll as the safety net for a message lost while the
+    subscriber reconnected."""
+
+    def __init__(
+        self,
+        link: RedisLink,
+        period: float,
+        retry_seconds: float,
+        observe_delay: Callable[[float], None],
+    ) -> None:
+        self._link = link
+        self._period = period
+        self._retry = retry_seconds
+        self._observe = observe_delay
+        self.breakers: dict[str, FleetBreaker] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        link.on_resume(self._resumed)
+
+    def add(self, breaker: FleetBreaker) -> None:
+        self.breakers[breaker.name] = breaker
+
+    def start(self) -> None:
+        if not self.breakers:
+            return
+        loop = asyncio.get_running_loop()
+        channel = next(iter(self.breakers.values())).channel
+        self._tasks.append(
+            loop.create_task(listen(self._link, channel, self.breakers, self._observe, self._retry))
+        )
+        self._tasks.append(loop.create_task(self._poll()))
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def _resumed(self) -> None:
+        for breaker in self.breakers.values():
+            breaker.resumed()
+
+    async def _poll(self) -> None:
+        names = list(self.breakers)
+        while True:
+            await asyncio.sleep(self._period)
+            if not self._link.shared:
+                continue
+
+            async def read(r: Any) -> list[list[bytes | None]]:
+                pipe = r.pipeline(transaction=False)
+                for name in names:
+                    pipe.hmget(self.breakers[name].keys.state, "state", "opened_at")
+                return list(await pipe.execute())
+
+            try:
+                states = await self._link.run("breaker_sync", read)
+            except RedisDown:
+                continue
+            for name, (state, opened) in zip(names, states, strict=True):
+                self.breakers[name].adopt(state.decode() if state else CLOSED, float(opened or 0))

@@ -1,0 +1,61 @@
+"""Token bucket on calls to each backend, as GCRA over a small storage interface.
+
+limits (5.x) offers fixed and sliding windows but no token bucket, and its
+cheapest strategy costs ~6.5 us per hit in memory (docs/decisions.md). A token
+bucket with rate R and burst B is one number per key under GCRA: the theoretical
+arrival time (TAT) of the next call. That number lives in a :class:`BucketStore`:
+:class:`~.memory.MemoryBucketStore`, or an atomic Lua script
+(:class:`~.redis.RedisBucketStore`) for a fleet-wide budget.
+
+Rates are parsed by :func:`backends.settings.per_second` (limits' notation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+
+def gcra(
+    tat: float, now: float, interval: float, burst: int, max_wait: float
+) -> tuple[float, float | None]:
+    """One GCRA step. Returns (new TAT, seconds to wait) or (old TAT, None) when refused.
+
+    A call is allowed when, after it, no more than ``burst`` calls are "ahead" of
+    the steady rate; a call that would be allowed within ``max_wait`` reserves its
+    slot and waits for it.
+    """
+    new_tat = max(tat, now) + interval
+    allow_at = new_tat - burst * interval
+    wait = allow_at - now
+    # The tolerance absorbs float rounding, which could refuse an idle bucket's first call.
+    if wait > max_wait + EPSILON:
+        return tat, None
+    return new_tat, max(0.0, wait)
+
+
+EPSILON = 1e-9
+
+
+class BucketStore(Protocol):
+    async def take(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
+        """Seconds to wait before the call may go (0 = now), or None when refused."""
+        ...
+
+
+class TokenBucket:
+    """R calls per second with bursts up to B, for one key (a backend, or a caller)."""
+
+    def __init__(self, key: str, rate_per_second: float, burst: int, store: BucketStore) -> None:
+        self.key = key
+        self.interval = 1.0 / rate_per_second
+        self.burst = burst
+        self.store = store
+
+    async def acquire(self, max_wait: float = 0.0) -> bool:
+        wait = await self.store.take(self.key, self.interval, self.burst, max_wait)
+        if wait is None:
+            return False
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return True

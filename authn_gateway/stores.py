@@ -1,0 +1,184 @@
+"""Where each layer keeps its state: this process (:class:`MemoryStores`) or Redis,
+shared by a fleet of replicas (:class:`RedisStores`).
+
+Each store has the same interface in both; the Redis ones fall back to their memory
+twin while Redis is down (:meth:`RedisLink.either`). Design notes and the measurements
+behind them are in docs/decisions.md ("Fleet mode").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+from backends.settings import BackendSettings
+
+from .breaker.machine import Breaker, CallGate, FailureRate
+from .breaker.memory import LocalProbePermits
+from .breaker.redis import BreakerSync, FleetBreaker
+from .bucket.gcra import BucketStore
+from .bucket.memory import MemoryBucketStore
+from .bucket.redis import RedisBucketStore
+from .cache.memory import MemoryStore
+from .cache.policy import CacheStore
+from .cache.redis import EntryCodec, TieredCacheStore
+from .coalesce import Coalescer
+from .coalesce.memory import LocalCoalescer
+from .coalesce.redis import LeaseCoalescer
+from .config import RedisSettings
+from .keys import TokenHasher
+from .metrics import Metrics
+from .redis_link import RedisLink
+from .tasks import Background
+
+
+class Stores(Protocol):
+    """One instance per gateway; per-backend pieces are made on demand."""
+
+    def cache_store(self) -> CacheStore: ...
+
+    def bucket_store(self) -> BucketStore: ...
+
+    def breaker(
+        self,
+        backend: str,
+        settings: BackendSettings,
+        slot_ttl: float,
+        on_transition: Callable[[str, str, str], None],
+        failure_rate: FailureRate | None,
+    ) -> CallGate:
+        """The backend's breaker and in-flight ceiling; ``slot_ttl`` bounds how long a
+        dead caller's probe permit or slot can stay taken."""
+        ...
+
+    def coalescer(
+        self, backend: str, deadline: float, on_join: Callable[[], None]
+    ) -> Coalescer: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryStores:
+    def __init__(self, max_entries: int) -> None:
+        self._cache = MemoryStore(max_entries)
+        self._buckets = MemoryBucketStore()
+
+    def cache_store(self) -> MemoryStore:
+        return self._cache
+
+    def bucket_store(self) -> BucketStore:
+        return self._buckets
+
+    def breaker(
+        self,
+        backend: str,
+        settings: BackendSettings,
+        slot_ttl: float,
+        on_transition: Callable[[str, str, str], None],
+        failure_rate: FailureRate | None,
+    ) -> CallGate:
+        return local_breaker(backend, settings, on_transition, failure_rate)
+
+    def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
+        return LocalCoalescer(on_join)
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisStores:
+    def __init__(
+        self,
+        settings: RedisSettings,
+        hasher: TokenHasher,
+        metrics: Metrics,
+        max_entries: int,
+        link: RedisLink | None = None,
+    ) -> None:
+        self.settings = settings
+        self.link = link or RedisLink(settings, metrics)
+        self._background = Background()
+        self._cache = TieredCacheStore(
+            MemoryStore(max_entries), self.link, EntryCodec(hasher), metrics
+        )
+        self._buckets = RedisBucketStore(
+            self.link, settings.expected_replicas, self._background.spawn
+        )
+        self._breakers = BreakerSync(
+            self.link,
+            settings.breaker_sync_seconds,
+            settings.retry_seconds,
+            metrics.breaker_propagation.observe,
+        )
+
+    def cache_store(self) -> TieredCacheStore:
+        return self._cache
+
+    def bucket_store(self) -> BucketStore:
+        return self._buckets
+
+    def breaker(
+        self,
+        backend: str,
+        settings: BackendSettings,
+        slot_ttl: float,
+        on_transition: Callable[[str, str, str], None],
+        failure_rate: FailureRate | None,
+    ) -> CallGate:
+        b = settings.breaker
+        fleet = FleetBreaker(
+            backend,
+            b.fail_max,
+            b.reset_timeout_seconds,
+            b.half_open_probes,
+            settings.concurrency.max_in_flight,
+            slot_ttl,
+            self.link,
+            # While Redis is down: this replica's share of the ceiling, its own count.
+            local_breaker(
+                backend, settings, on_transition, None, share=self.settings.expected_replicas
+            ),
+            self._background.spawn,
+            on_transition,
+            failure_rate,
+        )
+        self._breakers.add(fleet)
+        return fleet
+
+    def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
+        wait = min(self.settings.coalesce_wait_seconds, deadline + 0.5)
+        return LeaseCoalescer(backend, self.link, deadline + 0.5, wait, on_join, self._background)
+
+    async def start(self) -> None:
+        await self.link.start()
+        self._breakers.start()
+
+    async def close(self) -> None:
+        self._breakers.stop()
+        await self.link.close()
+
+
+def local_breaker(
+    backend: str,
+    settings: BackendSettings,
+    on_transition: Callable[[str, str, str], None] | None,
+    failure_rate: FailureRate | None,
+    share: int = 1,
+) -> Breaker:
+    """An in-process breaker with ``1/share`` of the backend's in-flight ceiling."""
+    b = settings.breaker
+    return Breaker(
+        backend,
+        b.fail_max,
+        b.reset_timeout_seconds,
+        LocalProbePermits(b.half_open_probes),
+        on_transition=on_transition,
+        failure_rate=failure_rate,
+        max_in_flight=max(1, math.ceil(settings.concurrency.max_in_flight / share)),
+    )
