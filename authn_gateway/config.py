@@ -179,9 +179,10 @@ class RedisSettings(Strict):
     cluster: bool = False
     password: Secret | None = None
     key_prefix: str = Field(default="authn-gw", pattern=r"^[A-Za-z0-9:_-]+$")
-    # Every Redis call's deadline. Past it that call uses local state. Measured under
-    # load on a busy 2-core host, p99 is 5-50 ms and 1 call in ~2,000 exceeds 100 ms
-    # (docs/benchmarks.md, "Fleet guarantees"), so 0.25 s is a busy Redis, not a dead one.
+    # Every Redis call's deadline. Past it that call uses local state. Measured from the
+    # gateway under load on a shared 2-core host: p99 5-50 ms at load average ~4, with a
+    # few calls per run past 0.1 s (docs/benchmarks.md, "Fleet guarantees"); one late
+    # answer is a busy host or Redis, not a dead one.
     timeout_seconds: PositiveFloat = 0.25
     # Late answers in a row that switch the replica to local mode (a refused or reset
     # connection switches it at once).

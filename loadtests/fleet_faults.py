@@ -151,9 +151,10 @@ async def one_run(
 
 
 def bound(extra: dict[str, Any], outage: float) -> str:
-    limit = extra.get("concurrency", {}).get("max_in_flight")
+    # concurrency.max_in_flight defaults to 20.
+    limit = extra.get("concurrency", {}).get("max_in_flight", 20)
     probes = math.ceil(outage / 5.0)
-    return f"5 + {limit} + {probes}" if limit else f"5 + L + {probes} (no L today)"
+    return f"5 + {limit} + {probes} = {5 + limit + probes}"
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -167,7 +168,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 with (
                     tempfile.TemporaryDirectory() as tmp,
                     running(
-                        lambda url, idp=idp: fleet_config(backend(idp, extra), url, **args.redis),
+                        lambda url, idp=idp, n=n: fleet_config(
+                            backend(idp, extra), url, expected_replicas=n, **args.redis
+                        ),
                         n,
                         Path(tmp),
                     ) as fleet,
