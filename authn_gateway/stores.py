@@ -137,7 +137,7 @@ class RedisStores:
             b.fail_max,
             b.reset_timeout_seconds,
             b.half_open_probes,
-            settings.concurrency.max_in_flight,
+            settings.concurrency.max_limit,
             slot_ttl,
             self.link,
             # While Redis is down: this replica's share of the ceiling, its own count.
@@ -180,5 +180,5 @@ def local_breaker(
         LocalProbePermits(b.half_open_probes),
         on_transition=on_transition,
         failure_rate=failure_rate,
-        max_in_flight=max(1, math.ceil(settings.concurrency.max_in_flight / share)),
+        max_in_flight=max(1, math.ceil(settings.concurrency.max_limit / share)),
     )

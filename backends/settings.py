@@ -124,8 +124,9 @@ class ConcurrencySettings(Strict):
     """A ceiling on the calls in flight to the IdP (fleet-wide with Redis)."""
 
     # With breaker.fail_max it bounds what an outage costs the IdP before the breaker
-    # opens: at most fail_max + max_in_flight calls, whatever the replica count.
-    max_in_flight: Annotated[int, Field(ge=1)] = 20
+    # opens: at most fail_max + max_limit calls, whatever the replica count. The adaptive
+    # limit of issue 15 (per replica) never goes above it either.
+    max_limit: Annotated[int, Field(ge=1)] = 20
 
 
 class TokenRules(Strict):

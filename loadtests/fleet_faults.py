@@ -151,8 +151,8 @@ async def one_run(
 
 
 def bound(extra: dict[str, Any], outage: float) -> str:
-    # concurrency.max_in_flight defaults to 20.
-    limit = extra.get("concurrency", {}).get("max_in_flight", 20)
+    # concurrency.max_limit defaults to 20.
+    limit = extra.get("concurrency", {}).get("max_limit", 20)
     probes = math.ceil(outage / 5.0)
     return f"5 + {limit} + {probes} = {5 + limit + probes}"
 

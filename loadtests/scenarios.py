@@ -134,7 +134,7 @@ SCENARIOS: dict[str, Scenario] = {
             cold_probe=True,
             backend={
                 **_BREAKER,
-                "concurrency": {"max_in_flight": 20},
+                "concurrency": {"max_limit": 20},
                 "bucket": {"rate": 100, "burst": 100},
             },
         ),

@@ -4,9 +4,9 @@ real redis-server, against a fake IdP that resets, hangs, answers 500 or is slow
 Every assertion is on the IdP's own counts (calls received, most in flight at once),
 against the numbers in docs/operations.md ("Fleet guarantees"):
 
-* an outage costs at most fail_max + max_in_flight calls before the breaker opens,
+* an outage costs at most fail_max + concurrency.max_limit calls before the breaker opens,
   then K probes per reset_timeout;
-* at most max_in_flight calls are in flight at once, fleet-wide;
+* at most concurrency.max_limit calls are in flight at once, fleet-wide;
 * in any window of t seconds, at most burst + rate * t calls (plus the arrival jitter
   of this loaded machine), at start-up, across a Redis restart and with a slow Redis.
 
@@ -57,7 +57,7 @@ def backend(idp: FakeIdP, **extra: Any) -> dict[str, Any]:
             "reset_timeout_seconds": RESET_TIMEOUT,
             "half_open_probes": PROBES,
         },
-        "concurrency": {"max_in_flight": IN_FLIGHT},
+        "concurrency": {"max_limit": IN_FLIGHT},
         "bucket": {"rate": 1000, "burst": 1000},
         **extra,
     }
@@ -190,7 +190,7 @@ def bucket_fleet(idp: FakeIdP, tmp_path: Path) -> Iterator[Fleet]:
     n = 3
     with running(
         lambda url: fleet_config(
-            backend(idp, bucket={"rate": RATE, "burst": BURST}, concurrency={"max_in_flight": 50}),
+            backend(idp, bucket={"rate": RATE, "burst": BURST}, concurrency={"max_limit": 50}),
             url,
             **redis_settings(n),
         ),
