@@ -31,7 +31,7 @@ from .tokenreview import (
     BadReview,
     parse_review,
     render_authenticated,
-    render_bad_request,
+    render_error,
     render_unauthenticated,
 )
 
@@ -221,7 +221,7 @@ class ReviewEndpoint:
         self, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
         self.metrics.bad_requests.labels(str(status)).inc()
-        await _send(send, status, render_bad_request(message), extra)
+        await _send(send, status, render_error(status, message), extra)
 
 
 def ops_app(gateway: Gateway) -> Starlette:

@@ -81,8 +81,22 @@ class ServerSettings(Strict):
     # Request line plus headers; larger gets 431 and the connection is closed.
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     max_headers: int = Field(default=64, ge=8, le=1024)
+    # A connection must deliver a complete request head within this (from connecting,
+    # or from the first byte of a later request on a kept-alive connection), and
+    # finish a TLS handshake within it; else it is closed (408 when a head was begun).
+    header_timeout_seconds: PositiveFloat = 10.0
+    # The body must be complete within this after its head.
+    body_timeout_seconds: PositiveFloat = 10.0
+    # Open connections per process; beyond it new ones are closed at once and counted
+    # (authn_gateway_connections_refused_total) while established ones keep working.
+    # A parked connection costs ~10 KiB of RSS at most (docs/operations.md), so the
+    # default costs under 20 MiB; kube-apiserver needs a handful.
+    max_connections: int = Field(default=1000, ge=1, le=100_000)
     # Drain in-flight reviews this long on SIGTERM before closing connections.
     graceful_shutdown_seconds: PositiveFloat = 10.0
+    # On SIGTERM an idle kept-alive connection waits this long for one more request,
+    # answered with "Connection: close", before it is closed (see docs/operations.md).
+    drain_idle_seconds: PositiveFloat = 2.0
     # Unset: plain HTTP (the embedded demo default; never for production).
     tls: TLSSettings | None = None
     # Client-certificate identities (Common Name or DNS/URI SAN) that may call.
@@ -110,6 +124,8 @@ class ServerSettings(Strict):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"caller_tokens: name {name!r} is used twice")
+        if self.drain_idle_seconds >= self.graceful_shutdown_seconds:
+            raise ValueError("drain_idle_seconds: must be below graceful_shutdown_seconds")
         if self.workers > 1 and self.ops is None:
             raise ValueError("workers: more than 1 needs ops (each worker has its own metrics)")
         if self.ops is not None and self.ops.port != 0:
