@@ -66,7 +66,9 @@ _HANDSHAKE_REASONS = {
     "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "client_refused_server_certificate",
     "TLSV1_ALERT_DECRYPT_ERROR": "client_refused_server_certificate",
 }
-HANDSHAKE_REASONS = (*sorted(set(_HANDSHAKE_REASONS.values())), "timeout", "reset", "other")
+HANDSHAKE_REASONS = (*sorted(set(_HANDSHAKE_REASONS.values())), "timeout", "closed", "other")
+# Counted, not logged: a TCP probe or port scan opens and closes without a handshake.
+QUIET_REASONS = frozenset({"closed"})
 
 
 def handshake_reason(exc: BaseException) -> tuple[str, str]:
@@ -74,11 +76,11 @@ def handshake_reason(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return "timeout", "no complete handshake in time"
     if isinstance(exc, ssl.SSLError):
-        reason = str(exc.reason or "")
-        detail = getattr(exc, "verify_message", None) or reason or exc.__class__.__name__
-        return _HANDSHAKE_REASONS.get(reason, "other"), f"{reason}: {detail}" if reason else detail
+        reason = str(exc.reason or exc.__class__.__name__)
+        verify = getattr(exc, "verify_message", None)
+        return _HANDSHAKE_REASONS.get(reason, "other"), f"{reason}: {verify}" if verify else reason
     if isinstance(exc, ConnectionError | OSError):
-        return "reset", f"connection closed during the handshake ({exc!r})"
+        return "closed", "connection closed during the handshake"
     return "other", exc.__class__.__name__
 
 
@@ -194,6 +196,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self.lingering = False
         self._linger_read = 0
         self._tls_wrapped = False
+        # A 400/431 waiting for the pipelined requests before it to be answered.
+        self._refusal: tuple[int, str] | None = None
 
     # --- connection life ---------------------------------------------------------------
 
@@ -241,6 +245,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         edge = self.edge
         label, detail = handshake_reason(exc)
         edge.stats.handshake_failures[label] += 1
+        self._uncount()
+        if label in QUIET_REASONS:
+            return
         peer = transport.get_extra_info("peername")
         edge.handshake_log.warning(
             label,
@@ -249,7 +256,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             peer[0] if peer else "unknown",
             detail,
         )
-        self._uncount()
 
     def _http_connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
@@ -324,6 +330,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self._linger_read += len(data)
             if self._linger_read > self.edge.linger_bytes:
                 self.transport.close()
+            return
+        if self._refusal is not None:
             return
         self._unset_keepalive_if_required()
         if self._timer is None and self._in_head:
@@ -489,7 +497,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self._draining and self._idle():
+        if self._refusal is not None:
+            self._send_refusal_when_due()
+        elif self._draining and self._idle():
             self.close_lingering()
 
     # --- answers the protocol writes itself -----------------------------------------
@@ -507,20 +517,35 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         )
 
     def send_400_response(self, msg: str) -> None:
-        if self.transport.is_closing() or self.lingering:
+        if self.transport.is_closing() or self.lingering or self._refusal is not None:
             return
         if self._too_large:
             edge = self.edge
-            self._write_error(
+            self._refusal = (
                 431,
                 f"request head larger than {edge.max_header_bytes} bytes "
                 f"or {edge.max_headers} headers",
             )
         else:
-            self._write_error(400, msg or "invalid HTTP request")
-        if self.cycle is not None and not self.cycle.response_complete:
+            self._refusal = (400, msg or "invalid HTTP request")
+        if self.cycle is not None and not self.cycle.response_complete and self.cycle.more_body:
+            # The request being read is the one refused: it will not be answered.
             self.cycle.disconnected = True
             self.cycle.message_event.set()
+            for entry in list(self.pipeline):
+                if entry[0] is self.cycle:
+                    self.pipeline.remove(entry)
+        self.transport.pause_reading()
+        self._send_refusal_when_due()
+
+    def _send_refusal_when_due(self) -> None:
+        # Pipelined requests before the refused one are answered first, in order.
+        if self._refusal is None or self.pipeline:
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.disconnected:
+            return
+        self._write_error(*self._refusal)
         self.close_lingering()
 
     # --- closing -----------------------------------------------------------------------
