@@ -62,13 +62,13 @@ class EdgeCollector(Collector):
             if edge.tls_context is not None:
                 for reason, count in stats.handshake_failures.items():
                     handshakes.add_metric([name, reason], count)
-        yield from (open_, limit, refused, timeouts, lingering, handshakes)
-        if self.tls is not None:
-            expiry = GaugeMetricFamily(
-                f"{PREFIX}_tls_certificate_expiry_timestamp_seconds",
-                "notAfter of the serving certificate and of each client CA (Unix time).",
-                labels=["role", "subject"],
-            )
-            for cert in self.tls.expiries:
-                expiry.add_metric([cert.role, cert.subject], cert.not_after)
-            yield expiry
+        # Families are exported without TLS too (no samples), so rules and dashboards
+        # that name them stay valid on a plain-HTTP gateway.
+        expiry = GaugeMetricFamily(
+            f"{PREFIX}_tls_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate and of each client CA (Unix time).",
+            labels=["role", "subject"],
+        )
+        for cert in self.tls.expiries if self.tls is not None else ():
+            expiry.add_metric([cert.role, cert.subject], cert.not_after)
+        yield from (open_, limit, refused, timeouts, lingering, handshakes, expiry)

@@ -3,6 +3,7 @@ itself: ports, paths, selectors, the webhook kubeconfig and the kubeadm patch.""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -196,14 +197,28 @@ def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:
     assert {k: v for k, v in config.items() if k != "redis"} == base
 
 
+def _mounted_files(root: Path) -> None:
+    """What the Deployment mounts under /etc/authn-gateway, minted for the test."""
+    from tests.test_tls import issue, make_ca
+
+    server_ca, client_ca = make_ca("server-ca"), make_ca("client-ca")
+    (root / "tls").mkdir(parents=True)
+    (root / "client-ca").mkdir()
+    issue(server_ca, "authn-gateway", server=True).write(root / "tls", "tls")
+    (root / "client-ca" / "ca.crt").write_bytes(client_ca.cert_pem())
+
+
 def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    # check-config reads the TLS files as serve does: give it the mounted files.
+    _mounted_files(tmp_path / "etc")
     path = tmp_path / "gateway.yaml"
-    path.write_text(text)
+    path.write_text(text.replace("/etc/authn-gateway/", f"{tmp_path}/etc/"))
     return subprocess.run(
         [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
         capture_output=True,
         text=True,
-        env={**os.environ, "AUTHN_GATEWAY_SECRET": "x" * 32},
+        # What secret.example.yaml says to generate: head -c 32 /dev/urandom | base64
+        env={**os.environ, "AUTHN_GATEWAY_SECRET": base64.b64encode(os.urandom(32)).decode()},
         timeout=60,
     )
 

@@ -396,3 +396,20 @@ def test_sigterm_answers_every_busy_and_idle_keep_alive_connection_with_connecti
     assert results.pop("idle-silent") == "closed"
     assert all(isinstance(n, int) and n > 0 for n in results.values()), results
     assert len(results) == 8
+
+
+def test_a_chain_of_unreachable_backends_names_each_backend_once(gateways: Any) -> None:
+    from tests.support.procs import free_port
+
+    def unreachable(name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "type": "userinfo",
+            "url": f"http://127.0.0.1:{free_port()}/userinfo",
+            "timeouts": {"connect_seconds": 0.5, "total_seconds": 1.0},
+        }
+
+    gw = gateways({"backends": [unreachable("sso"), unreachable("corp")]})
+    error = gw.review("some-token").json()["status"]["error"]
+    assert error.startswith("sso: ") and "sso: sso" not in error
+    assert "; corp: " in error and "corp: corp" not in error
