@@ -25,33 +25,18 @@ from typing import Any
 import uvicorn
 import uvloop
 
-from .app import GatewayApp, Receive, ReviewEndpoint, Scope, Send
+from .app import GatewayApp, Receive, Scope, Send
 from .callerauth import CERT_NAMES_KEY
-from .config import ConfigError, GatewayConfig, load_config
+from .config import ConfigError, GatewayConfig
 from .edge import EdgeLimits, GatewayHttpProtocol
 from .edge_metrics import EdgeCollector
 from .gateway import Gateway
 from .logsetup import configure_logging
+from .reloader import Reloader
 from .tls import ServerTLS, TLSError
 from .tokenreview import render_error
 
 log = logging.getLogger(__name__)
-
-# These shape listeners and sockets; a reload keeps the running values.
-RESTART_ONLY = (
-    "host",
-    "port",
-    "tls",
-    "ops",
-    "workers",
-    "max_header_bytes",
-    "max_headers",
-    "max_connections",
-    "header_timeout_seconds",
-    "body_timeout_seconds",
-    "drain_idle_seconds",
-    "graceful_shutdown_seconds",
-)
 
 
 class _UvicornConfig(uvicorn.Config):  # type: ignore[misc]
@@ -136,80 +121,6 @@ class OpsOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app.ops(scope, receive, send)
-
-
-class Reloader:
-    """SIGHUP: load the file again; if it is valid, start a new gateway, swap it in, and
-    close the old one once its in-flight reviews are done. If not, keep serving."""
-
-    def __init__(
-        self,
-        app: GatewayApp,
-        source: Path | None,
-        running: GatewayConfig,
-        collector: EdgeCollector | None = None,
-    ) -> None:
-        self.app = app
-        self.source = source
-        self.collector = collector
-        self.running = running
-        self._lock = asyncio.Lock()
-        self.tasks: set[asyncio.Task[bool]] = set()
-
-    def trigger(self) -> None:
-        task = asyncio.get_running_loop().create_task(self.reload())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def _keep_listeners(self, new: GatewayConfig) -> GatewayConfig:
-        running = self.running.server
-        changed = [f for f in RESTART_ONLY if getattr(new.server, f) != getattr(running, f)]
-        if changed:
-            log.warning(
-                "config reload: server.%s changed; that takes effect on restart only",
-                ", server.".join(changed),
-            )
-        kept = new.server.model_copy(update={f: getattr(running, f) for f in RESTART_ONLY})
-        return new.model_copy(update={"server": kept})
-
-    async def reload(self) -> bool:
-        where = str(self.source) if self.source else "<embedded default>"
-        async with self._lock:
-            try:
-                new = self._keep_listeners(load_config(self.source))
-            except ConfigError as exc:
-                problems = "; ".join(str(exc).splitlines())
-                log.error("config reload refused, still serving the previous config: %s", problems)
-                return False
-            gateway: Gateway | None = None
-            try:
-                gateway = Gateway(new, source=where)
-                if self.collector is not None:
-                    gateway.metrics.registry.register(self.collector)
-                await gateway.start()
-            except Exception as exc:
-                log.error(
-                    "config reload refused, still serving the previous config: %s: %s",
-                    where,
-                    exc,
-                )
-                if gateway is not None:
-                    await gateway.close()
-                return False
-            old = self.app.swap(gateway)
-            self.running = new
-            configure_logging(new.logging.level, new.logging.format)
-            log.info("config reloaded from %s", where)
-        await self._retire(old, new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
-        return True
-
-    async def _retire(self, old: ReviewEndpoint, patience: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + patience
-        while old.in_flight and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        await old.gateway.close()
-        old.close_logs()
 
 
 def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -315,7 +226,7 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     _warn_if_open(config)
 
     loop = asyncio.get_running_loop()
-    reloader = Reloader(app, source, config, collector)
+    reloader = Reloader(app, source, config)
     loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
     watcher = asyncio.create_task(tls.watch()) if tls else None
     try:
