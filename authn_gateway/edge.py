@@ -189,6 +189,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._head_count = 0
         self._raw_head_bytes = 0
         self._in_head = True
+        # Between the first byte of a request (on_message_begin) and its headers' end.
+        self._head_started = False
         self._headers_done = False
         self._too_large = False
         self._upgrade_body = False
@@ -302,12 +304,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if phase == "drain":
             if self._idle():
                 self.transport.close()
-            elif self._in_head:
+            elif self._head_started:
                 self._arm(self.edge.header_timeout, "head")
             return
         self.edge.stats.timeouts[phase] += 1
         cycle = self.cycle
-        started = (phase == "head" and self._raw_head_bytes > 0) or phase == "body"
+        started = (phase == "head" and self._head_started) or phase == "body"
         if phase == "body" and cycle is not None:
             if cycle.response_started:
                 return  # answered already; the rest of the body is discarded as it comes
@@ -321,7 +323,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         return (self.cycle is None or self.cycle.response_complete) and not self._pipeline_busy()
 
     def _pipeline_busy(self) -> bool:
-        return bool(self.pipeline) or (self._raw_head_bytes > 0 and self._in_head)
+        return bool(self.pipeline) or self._head_started
 
     # --- reading -----------------------------------------------------------------------
 
@@ -334,15 +336,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self._refusal is not None:
             return
         self._unset_keepalive_if_required()
-        if self._timer is None and self._in_head:
-            # The next request on a kept-alive connection has begun.
-            self._arm(self.edge.header_timeout, "head")
         view = memoryview(data)
         for start in range(0, len(data), READ_SLICE):
             piece = view[start : start + READ_SLICE]
             if not self._feed(bytes(piece)):
                 return
-            if self._in_head and not self._too_large:
+            if self._head_started and not self._too_large:
                 self._raw_head_bytes += len(piece)
                 if self._raw_head_bytes > self.edge.max_header_bytes + READ_SLICE:
                     # One endless header line never reaches on_header: httptools buffers
@@ -350,6 +349,14 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
                     self._too_large = True
                     self.send_400_response("")
                     return
+        # Timers only for what a read left unfinished: a request that arrives whole
+        # (the usual case) costs no timer at all.
+        if self._timer is None and not self.lingering and self._refusal is None:
+            if not self._in_head:
+                self._arm(self.edge.body_timeout, "body")
+            elif self._head_started:
+                # The next request on a kept-alive connection has begun.
+                self._arm(self.edge.header_timeout, "head")
 
     def _feed(self, data: bytes) -> bool:
         try:
@@ -378,7 +385,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             head = b"POST / HTTP/1.1\r\n" + b"".join(n + b": " + v + b"\r\n" for n, v in framing)
             self._in_head = True
             self.parser.feed_data(head + b"\r\n")
-            self._arm(self.edge.body_timeout, "body")
         return self._feed(rest) if rest else True
 
     # --- parser callbacks --------------------------------------------------------------
@@ -388,10 +394,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             return
         super().on_message_begin()
         self._head_bytes = self._head_count = self._raw_head_bytes = 0
-        self._in_head = True
+        self._in_head = self._head_started = True
         self._headers_done = False
-        if self._timer is None:
-            self._arm(self.edge.header_timeout, "head")
         if self._cert_names:
             self.scope[CERT_NAMES_KEY] = self._cert_names  # type: ignore[literal-required]
             self.scope[CALLER_KEY] = self._cert_names[0]  # type: ignore[literal-required]
@@ -425,7 +429,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self._upgrade_body:
             self._in_head = False
             return
-        self._in_head = False
+        self._in_head = self._head_started = False
         self._headers_done = True
         self._cancel_timer()
         existing = self.cycle
@@ -439,8 +443,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             if existing is not None and existing.drain_close and not existing.response_started:
                 existing.keep_alive = True
                 existing.drain_close = False
-        # Cancelled by on_message_complete, at once when there is no body.
-        self._arm(self.edge.body_timeout, "body")
 
     def _start_cycle(self) -> None:
         # uvicorn's on_headers_complete, with our cycle (lingering close, early answers).
