@@ -317,7 +317,37 @@ def test_kubeadm_patch_adds_the_webhook_flags_and_mount() -> None:
     assert volume["hostPath"]["path"] == mount["mountPath"]
     # The ClusterConfiguration route sets the same flags.
     cluster_config = yaml.safe_load((DEPLOY / "apiserver" / "kubeadm-config.yaml").read_text())
-    assert cluster_config["apiServer"]["extraArgs"] == flag_map
+    # kubeadm.k8s.io/v1beta4 (kubeadm 1.31+) lists extraArgs as name/value pairs.
+    assert cluster_config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    args = cluster_config["apiServer"]["extraArgs"]
+    assert {a["name"]: a["value"] for a in args} == flag_map
+
+
+def test_readme_wiring_matches_the_shipped_kubeconfig_and_flags() -> None:
+    readme = (DEPLOY.parent / "README.md").read_text()
+    kubeconfig = yaml.safe_load((DEPLOY / "apiserver" / "webhook-kubeconfig.yaml").read_text())
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    user = kubeconfig["users"][0]["user"]
+    for value in (
+        cluster["server"],
+        cluster["certificate-authority"],
+        user["client-certificate"],
+        user["client-key"],
+    ):
+        assert value in readme
+    for flag in (DEPLOY / "apiserver" / "kube-apiserver-flags.txt").read_text().split():
+        assert flag in readme
+    service = find(render("base"), "Service", "authn-gateway")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] != "metrics")
+    assert cluster["server"] == f"https://{service['spec']['clusterIP']}:{port}/authenticate"
+    assert "/etc/kubernetes/authn-gateway" not in readme
+    assert "Prometheus\nOperator" in readme or "Prometheus Operator" in readme
+
+
+def test_the_walkthrough_creates_the_namespace_before_the_secrets() -> None:
+    for doc in ("README.md", "docs/operations.md"):
+        text = (DEPLOY.parent / doc).read_text()
+        assert text.index("deploy/base/namespace.yaml") < text.index("secret.example.yaml"), doc
 
 
 def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
