@@ -24,7 +24,7 @@ from tests.support.loadclient import _exchange, _request
 from tests.support.procs import GatewayProcess, metric_value, review_body, start_gateway
 from tests.support.redis_server import RedisServer
 
-SECRET = "fleet-guarantees-secret-0123456789"
+SECRET = "fleet-guarantees-only-Wd5Kx1Nq7Zr3Tm9Bv2Yc6Uf0Ah4Ej8Gs-PiLo"
 
 
 def fleet_config(backend: dict[str, Any], redis_url: str, **redis: Any) -> dict[str, Any]:
