@@ -294,6 +294,8 @@ class Second:
     attempts: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
+    # "population/answer", e.g. "cold/authenticated": what each population got.
+    by_population: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     reauths: int = 0
 
@@ -310,9 +312,11 @@ class Timeline:
         s.attempts += 1
         s.statuses[str(status)] += 1
 
-    def review(self, answer: str, ms: float) -> None:
+    def review(self, answer: str, ms: float, population: str = "") -> None:
         s = self.seconds[int(time.time())]
         s.answers[answer] += 1
+        if population:
+            s.by_population[f"{population}/{answer}"] += 1
         s.latencies.append(ms)
         self.max_ms = max(self.max_ms, ms)
         if ms > self.deadline_ms:
@@ -332,6 +336,7 @@ class Timeline:
                     "attempts": s.attempts,
                     "statuses": dict(s.statuses),
                     "answers": dict(s.answers),
+                    "by_population": dict(s.by_population),
                     "p50_ms": _pct(lat, 0.50),
                     "p99_ms": _pct(lat, 0.99),
                     "reauths": s.reauths,
@@ -412,7 +417,7 @@ if __name__ == "locustfile":
         def review(self) -> None:
             population, token, hot_index = _TOKENS.draw()
             api_version = V1BETA1 if random.random() < _V1BETA1 else V1
-            answer = self.review_once(token, api_version)
+            answer = self.review_once(token, api_version, population)
             if (
                 self.keystone is not None
                 and population in ("hot", "cold")
@@ -420,7 +425,7 @@ if __name__ == "locustfile":
             ):
                 self.reauthenticate(population, hot_index)
 
-        def review_once(self, token: str, api_version: str) -> str:
+        def review_once(self, token: str, api_version: str, population: str = "") -> str:
             body = json.dumps(review_body(token, api_version))
             started = time.perf_counter()
             result, attempts = call_with_retries(
@@ -429,7 +434,7 @@ if __name__ == "locustfile":
             ms = (time.perf_counter() - started) * 1000
             status = result.status
             answer = "conn_error" if status is None else classify(status, result.body)
-            _TIMELINE.review(answer, ms)
+            _TIMELINE.review(answer, ms, population)
             self.environment.events.request.fire(
                 request_type="REVIEW",
                 name=answer,
