@@ -7,7 +7,7 @@ import os
 
 from backends.base import Backend, BackendConfigError
 
-from .breaker import Breaker, FailureRate
+from .breaker import Breaker, FailureRate, SlowCalls
 from .bucket import InboundLimiter, TokenBucket
 from .cache import ReviewCache
 from .config import SECRET_ENV, ConfigError, GatewayConfig
@@ -44,6 +44,16 @@ def _failure_rate(settings: BackendSettings) -> FailureRate | None:
     if rate is None:
         return None
     return FailureRate(rate.threshold, rate.window_seconds, rate.min_calls)
+
+
+def _slow_calls(settings: BackendSettings) -> SlowCalls | None:
+    slow = settings.breaker.slow_calls
+    if slow is None:
+        return None
+    threshold = slow.duration_threshold_seconds or settings.timeouts.total_seconds / 2
+    return SlowCalls(
+        threshold, FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls)
+    )
 
 
 class Gateway:
@@ -101,6 +111,7 @@ class Gateway:
             self.state.breaker_storage(name),
             on_transition=self.metrics.breaker_transition,
             failure_rate=_failure_rate(settings),
+            slow_calls=_slow_calls(settings),
         )
         self.state.watch_breaker(name, breaker.refresh)
         bucket = TokenBucket(

@@ -120,11 +120,11 @@ class GuardedBackend:
             self.breaker.release(ticket)
             self.metrics.limiter_refusal("outbound", self.name)
             return self._fallback(known, Unavailable("outbound rate limit reached"))
-        outcome = await self._call(token)
+        outcome, seconds = await self._call(token)
         if isinstance(outcome, Unavailable) and outcome.held_back:
             self.breaker.release(ticket)  # our own budget said no; the IdP is not at fault
         else:
-            self.breaker.record(ticket, outcome)
+            self.breaker.record(ticket, outcome, seconds)
         if isinstance(outcome, Unavailable):
             if outcome.retry_after:
                 # The IdP told us when to come back; no call before then, from any path.
@@ -133,7 +133,8 @@ class GuardedBackend:
         await self.cache.put(key, outcome, self.clock())
         return Verdict(outcome, self.name)
 
-    async def _call(self, token: str) -> Outcome:
+    async def _call(self, token: str) -> tuple[Outcome, float]:
+        """The backend's answer, and how long it took (s)."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.call_deadline):
@@ -145,11 +146,12 @@ class GuardedBackend:
             log.exception("backend %s raised; answering unavailable", self.name)
             outcome = Unavailable("internal error")
         kind = type(outcome).__name__.lower()
-        self.metrics.backend_call(self.name, kind, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.metrics.backend_call(self.name, kind, seconds)
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
             self.metrics.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)
-        return outcome
+        return outcome, seconds
 
     def _fallback(self, known: CacheEntry | None, unavailable: Unavailable) -> Verdict:
         """Last known good: a positive entry within max_stale and the token's expiry."""

@@ -90,6 +90,23 @@ class FailureRateSettings(Strict):
     min_calls: Annotated[int, Field(ge=1)] = 20
 
 
+class SlowCallSettings(Strict):
+    """Also open when this share of the calls in the window were slow.
+
+    resilience4j's ``slowCallDurationThreshold`` and ``slowCallRateThreshold``: an IdP
+    that still answers, but late, is in trouble before it fails. Every call counts,
+    failed ones too (a timeout is slow). A slow probe while half-open opens again.
+    """
+
+    # A call that took at least this long is slow; unset: half the backend's
+    # timeouts.total_seconds.
+    duration_threshold_seconds: PositiveFloat | None = None
+    rate_threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
+    window_seconds: PositiveFloat = 10.0
+    # Fewer calls than this in the window never trip it.
+    min_calls: Annotated[int, Field(ge=1)] = 20
+
+
 class BreakerSettings(Strict):
     # Consecutive unavailable answers that open the breaker.
     fail_max: Annotated[int, Field(ge=1)] = 5
@@ -98,6 +115,8 @@ class BreakerSettings(Strict):
     half_open_probes: Annotated[int, Field(ge=1)] = 1
     # Optional second trip condition; off when unset.
     failure_rate: FailureRateSettings | None = None
+    # Slow-call trip condition; on by default, off with `slow_calls: null`.
+    slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
 
 
 class BucketSettings(Strict):
