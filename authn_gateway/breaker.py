@@ -188,6 +188,12 @@ class Breaker:
 
     def _transition(self, old: str, new: str) -> None:
         log.warning("breaker %s: %s -> %s", self.name, old, new)
+        if new == CLOSED:
+            # A closed period starts fresh windows, as resilience4j resets its metrics on
+            # each transition: the calls that opened it must not open it again at once.
+            for window in (self._failure_rate, self._slow_calls):
+                if window is not None:
+                    window.clear()
         if self._on_transition is not None:
             self._on_transition(self.name, old, new)
 

@@ -4,11 +4,12 @@
 from :class:`authn_gateway.vegas.VegasLimit`, fed by every finished call). When all
 slots are taken, a call may wait, but never long and never in vain:
 
-* a call waits at most the IdP's recent latency: if the line ahead of it already holds
-  a full round of calls (``limit`` of them), its wait would be longer, and it is
-  refused at once ("unavailable", with stale serving as usual);
-* a call whose deadline would pass before it could be answered is refused at once,
-  and a waiter whose deadline passed is dropped, never sent;
+* a call would wait at most about the IdP's recent latency: if the line ahead of it
+  already holds a full round of calls (``limit`` of them), its wait would be longer,
+  and it is refused at once ("unavailable", with stale serving as usual);
+* a call whose deadline would pass before it could be answered is refused at once; a
+  waiter gives up when a slot could no longer let its call finish by its deadline,
+  and a waiter whose review has given up is dropped, never sent;
 * calls with no fallback (a token never seen, nothing to serve stale) go first;
   calls that could be answered stale (refreshes) get a slot only when no call of the
   first kind waits.
@@ -89,6 +90,10 @@ class ConcurrencyLimiter:
         """Waiters that would be served before a new one of this priority."""
         return sum(len(self._waiting[p]) for p in Priority if p <= priority)
 
+    def would_wait(self, priority: Priority) -> bool:
+        """Whether a call of this priority would not get a slot right now."""
+        return self.in_flight >= self.limit or self._ahead(priority) > 0
+
     def try_acquire(self, priority: Priority = Priority.NO_FALLBACK) -> Slot | None:
         """A slot now if one is free and nobody of the same or a higher priority waits."""
         if self.in_flight >= self.limit or self._ahead(priority):
@@ -109,7 +114,8 @@ class ConcurrencyLimiter:
         # Rounds of `limit` calls ahead, each about one recent latency, then its own call.
         if rtt is not None and now + rtt * (math.floor(ahead / self.limit) + 1) > deadline:
             return self._refuse(Refusal.DEADLINE)
-        give_up = deadline if rtt is None else min(deadline, now + rtt)
+        # Past this, a slot would come too late for the call to finish by the deadline.
+        give_up = deadline if rtt is None else deadline - rtt
         future: asyncio.Future[Slot | None] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(future, now, deadline)
         self._waiting[priority].append(waiter)
@@ -144,13 +150,10 @@ class ConcurrencyLimiter:
         """Drop waiters whose deadline passed (for injected clocks; the event loop's
         timers do this on their own)."""
         now = self._now()
+        rtt = self.algorithm.recent_rtt or 0.0
         for queue in self._waiting.values():
             for waiter in list(queue):
-                wait_bound = self.algorithm.recent_rtt
-                over = waiter.deadline <= now or (
-                    wait_bound is not None and now - waiter.queued_at >= wait_bound
-                )
-                if over and not waiter.future.done():
+                if waiter.deadline - rtt <= now and not waiter.future.done():
                     waiter.future.set_result(None)
         self._dispatch()
 

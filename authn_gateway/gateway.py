@@ -10,6 +10,7 @@ from backends.base import Backend, BackendConfigError
 from .breaker import Breaker, FailureRate, SlowCalls
 from .bucket import InboundLimiter, TokenBucket
 from .cache import ReviewCache
+from .concurrency import ConcurrencyLimiter
 from .config import SECRET_ENV, ConfigError, GatewayConfig
 from .keys import TokenHasher
 from .metrics import Metrics
@@ -17,6 +18,7 @@ from .pipeline import GuardedBackend, Pipeline
 from .routing import PrefixRule, Router
 from .settings import BackendSettings
 from .state import LocalState, StateFactory
+from .vegas import VegasLimit, VegasSettings
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +121,11 @@ class Gateway:
         )
         backend.call_budget = bucket
         self.metrics.set_breaker_state(name, breaker.state)
+        limiter = self._limiter(name, settings)
+        cache = self.config.cache_for(settings)
         return GuardedBackend(
             backend,
-            cache=ReviewCache(self.config.cache_for(settings), self.state.cache_store()),
+            cache=ReviewCache(cache, self.state.cache_store()),
             flights=self.state.flights(name, deadline, self.metrics.coalesced.labels(name).inc),
             breaker=breaker,
             bucket=bucket,
@@ -131,7 +135,32 @@ class Gateway:
             audiences=tuple(settings.audiences or self.config.audiences),
             hasher=self.hasher,
             metrics=self.metrics,
+            limiter=limiter,
+            revalidate=cache.stale_while_revalidate,
         )
+
+    def _limiter(self, name: str, settings: BackendSettings) -> ConcurrencyLimiter | None:
+        c = settings.concurrency
+        if not c.enabled:
+            return None
+        # Each replica limits its own calls; in a fleet each aims at its share of the
+        # IdP's queue, so the fleet's total stays what one replica would keep
+        # (docs/decisions.md, "Adaptive concurrency limit").
+        share = self.config.redis.expected_replicas if self.config.redis is not None else 1
+        algorithm = VegasLimit(
+            VegasSettings(
+                initial=c.initial_limit,
+                min_limit=c.min_limit,
+                max_limit=c.max_limit,
+                alpha=c.queue_low / share,
+                beta=c.queue_high / share,
+            )
+        )
+        limiter = ConcurrencyLimiter(algorithm)
+        self.metrics.watch_concurrency(
+            name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
+        )
+        return limiter
 
     async def start(self) -> None:
         if self.hasher.secret_is_random:

@@ -4,8 +4,9 @@
       -> inbound limit (per caller)
       -> pre-rejection (control characters, service-account JWTs, per-backend rules)
       -> route (prefix, or the chain)
-      -> for each backend:  cache -> coalescing -> breaker -> outbound token bucket
-                            -> backend call with deadline -> cache write
+      -> for each backend:  cache -> coalescing -> breaker -> concurrency limit
+                            -> outbound token bucket -> backend call with deadline
+                            -> cache write
       -> audiences
     answer out
 
@@ -28,6 +29,7 @@ from .breaker import Breaker
 from .bucket import InboundLimiter, TokenBucket
 from .cache import CacheEntry, ReviewCache
 from .coalesce import SingleFlight
+from .concurrency import ConcurrencyLimiter, Priority, Refusal, Slot
 from .keys import TokenHasher
 from .metrics import Metrics
 from .prerejection import prerejection_reason
@@ -68,8 +70,14 @@ class GuardedBackend:
         hasher: TokenHasher,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        limiter: ConcurrencyLimiter | None = None,
+        revalidate: bool = False,
     ) -> None:
         self.backend = backend
+        self.limiter = limiter
+        # Stale-while-revalidate: known users past their TTL are answered at once.
+        self.revalidate = revalidate
+        self._refreshing: dict[bytes, asyncio.Future[Verdict]] = {}
         self.name = backend.name
         self.cache = cache
         self.flights = flights
@@ -104,27 +112,77 @@ class GuardedBackend:
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
         self._miss.inc()
+        if entry is not None and self._servable(entry) and self._answer_stale_now():
+            # A known user: answered stale now, while the refresh waits its turn.
+            self._refresh_later(token, key, entry, deadline)
+            self.metrics.cache(self.name, "stale_served")
+            return Verdict(entry.outcome, self.name, stale=True, cached=True)
         # Only the miss path pays for a timer. Leaving the flight early does not cancel
         # the shared call: other reviews may still be waiting for it.
         try:
             async with asyncio.timeout_at(deadline):
-                return await self.flights.do(key, lambda: self._ask_idp(token, key, entry))
+                return await self.flights.do(
+                    key, lambda: self._ask_idp(token, key, entry, deadline)
+                )
         except TimeoutError:
             return self._fallback(entry, Unavailable("no answer within the review deadline"))
 
-    async def _ask_idp(self, token: str, key: bytes, known: CacheEntry | None) -> Verdict:
+    def _answer_stale_now(self) -> bool:
+        if self.revalidate:
+            return True
+        # The IdP is saturated: its capacity goes to tokens with no fallback first.
+        return self.limiter is not None and self.limiter.would_wait(Priority.HAS_FALLBACK)
+
+    def _refresh_later(self, token: str, key: bytes, known: CacheEntry, deadline: float) -> None:
+        if key in self._refreshing:
+            return
+        task = asyncio.ensure_future(
+            self.flights.do(key, lambda: self._ask_idp(token, key, known, deadline))
+        )
+        self._refreshing[key] = task
+        task.add_done_callback(lambda _t: self._refreshing.pop(key, None))
+
+    async def _slot(self, known: CacheEntry | None, deadline: float) -> Slot | Refusal | None:
+        """A call slot under the adaptive limit (None: no limit configured)."""
+        if self.limiter is None:
+            return None
+        priority = Priority.HAS_FALLBACK if self._servable(known) else Priority.NO_FALLBACK
+        got = await self.limiter.acquire(priority, deadline)
+        if isinstance(got, Refusal):
+            self.metrics.concurrency_refusal(self.name, got.value)
+        else:
+            self.metrics.slot_waited(self.name, got.waited)
+        return got
+
+    async def _ask_idp(
+        self, token: str, key: bytes, known: CacheEntry | None, deadline: float
+    ) -> Verdict:
         ticket = await self.breaker.admit()
         if ticket is None:
             return self._fallback(known, Unavailable("circuit breaker open"))
-        if not await self.bucket.acquire(self.max_wait):
+        slot = await self._slot(known, deadline)
+        if isinstance(slot, Refusal):
             self.breaker.release(ticket)
-            self.metrics.limiter_refusal("outbound", self.name)
-            return self._fallback(known, Unavailable("outbound rate limit reached"))
-        outcome, seconds = await self._call(token)
+            return self._fallback(known, Unavailable("IdP saturated: no call slot in time"))
+        try:
+            if not await self.bucket.acquire(self.max_wait):
+                self.breaker.release(ticket)
+                self.metrics.limiter_refusal("outbound", self.name)
+                return self._fallback(known, Unavailable("outbound rate limit reached"))
+            outcome, seconds = await self._call(token)
+            if slot is not None and self.limiter is not None:
+                dropped = isinstance(outcome, Unavailable) and not outcome.held_back
+                self.limiter.release(slot, seconds, dropped)
+        finally:
+            if slot is not None and self.limiter is not None and not slot.done:
+                self.limiter.release(slot, rtt=None)  # never sent, or cancelled
         if isinstance(outcome, Unavailable) and outcome.held_back:
             self.breaker.release(ticket)  # our own budget said no; the IdP is not at fault
         else:
             self.breaker.record(ticket, outcome, seconds)
+            threshold = self.breaker.slow_threshold
+            if threshold is not None and seconds >= threshold:
+                self.metrics.slow_call(self.name)
         if isinstance(outcome, Unavailable):
             if outcome.retry_after:
                 # The IdP told us when to come back; no call before then, from any path.
@@ -153,9 +211,13 @@ class GuardedBackend:
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)
         return outcome, seconds
 
+    def _servable(self, known: CacheEntry | None) -> bool:
+        """A positive entry within max_stale and the token's expiry: a fallback."""
+        return known is not None and known.positive and self.clock() < known.stale_until
+
     def _fallback(self, known: CacheEntry | None, unavailable: Unavailable) -> Verdict:
         """Last known good: a positive entry within max_stale and the token's expiry."""
-        if known is not None and known.positive and self.clock() < known.stale_until:
+        if known is not None and self._servable(known):
             self.metrics.cache(self.name, "stale_served")
             return Verdict(known.outcome, self.name, stale=True, cached=True)
         return Verdict(unavailable, self.name)

@@ -75,6 +75,10 @@ class CacheSettings(Strict):
     # How long past its TTL a positive entry may be served while the IdP cannot
     # answer. 0 disables serving stale identities.
     max_stale_seconds: NonNegativeFloat = 3600.0
+    # Answer a known user's entry past its TTL (within max_stale) at once and refresh
+    # it in the background, so a slow IdP adds no latency to known users. Off: a
+    # revoked token then stays accepted until the refresh answers (docs/security.md).
+    stale_while_revalidate: bool = False
 
 
 class FailureRateSettings(Strict):
@@ -128,6 +132,31 @@ class BucketSettings(Strict):
     max_wait_seconds: NonNegativeFloat = 0.0
 
 
+class ConcurrencySettings(Strict):
+    """Adaptive limit on calls in flight to the IdP, found from its latency (Vegas).
+
+    Nothing here needs tuning per IdP; see docs/decisions.md. The bucket stays the
+    hard ceiling on the call rate.
+    """
+
+    enabled: bool = True
+    initial_limit: Annotated[int, Field(ge=1)] = 20
+    min_limit: Annotated[int, Field(ge=1)] = 1
+    max_limit: Annotated[int, Field(ge=1)] = 200
+    # Calls the limit lets wait in the IdP's own queue (low, high). In fleet mode each
+    # replica aims at its share: queue / redis.expected_replicas.
+    queue_low: PositiveFloat = 3.0
+    queue_high: PositiveFloat = 6.0
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> ConcurrencySettings:
+        if not self.min_limit <= self.initial_limit <= self.max_limit:
+            raise ValueError("initial_limit: must be between min_limit and max_limit")
+        if self.queue_low >= self.queue_high:
+            raise ValueError("queue_low: must be below queue_high")
+        return self
+
+
 class TokenRules(Strict):
     """Local pre-rejection: tokens that break these never reach the IdP."""
 
@@ -151,6 +180,7 @@ class BackendSettings(Strict):
     cache: CacheSettings | None = None
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     bucket: BucketSettings = Field(default_factory=BucketSettings)
+    concurrency: ConcurrencySettings = Field(default_factory=ConcurrencySettings)
     token_rules: TokenRules = Field(default_factory=TokenRules)
 
     @model_validator(mode="after")

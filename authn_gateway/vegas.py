@@ -7,7 +7,8 @@ L calls in flight and a measured latency ``rtt``, the calls queued at the IdP ar
 
     queue = L * (1 - base / rtt)
 
-The limit grows while that queue is short (below ``alpha``), shrinks when it is long
+The limit grows fast (by ``beta``) while nothing queues at all, by one while the queue
+is short (below ``alpha``), shrinks by one when it is long
 (above ``beta``), and holds in between, so the IdP keeps a few calls waiting (it is
 never idle) and never a long line (its queue wait stays a fraction of one service
 time). A call that failed or timed out is a drop: the limit is cut by ``backoff``,
@@ -17,13 +18,14 @@ Samples are taken per window (at least ``min_samples`` calls and ``min_window`` 
 most ``max_window`` s), and each window updates the limit once, from its mean latency
 and its largest in-flight count: one slow call must not move the limit.
 
-``base`` is the lowest window mean over the last ``base_horizon`` seconds, so it
-follows an IdP whose own service time changes (a slower database) within that
-horizon. A limit that is always above the IdP's capacity never sees the no-load
-latency, and would take a queued latency for it (and grow). So every
-``probe_interval`` seconds one window runs at half the limit, as BBR's ProbeRTT does;
-its calls (those sent with at most that many in flight) measure ``base`` again. It
-costs about one window in ``probe_interval`` at half rate.
+``base`` is the no-load latency. A limit that is always above the IdP's capacity
+never sees it, and would take a queued latency for it (and grow); an IdP that got
+slower at any load (a brownout often starts in its database) never shows the old one
+again, and a base from before would hold the limit far below capacity. So every
+``probe_interval`` seconds one window runs at a quarter of the limit, as BBR's ProbeRTT does:
+its calls (those sent with at most that many in flight) set ``base`` afresh, and
+later windows can only lower it (the lowest mean since the probe, within
+``base_horizon``). It costs about one short window in ``probe_interval`` at a quarter of the rate.
 
 Nothing here is tuned per IdP: alpha and beta are in calls, not in ms.
 
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class VegasSettings:
-    initial: float = 10.0
+    initial: float = 20.0
     min_limit: float = 1.0
     max_limit: float = 200.0
     # Calls queued at the IdP the limit aims to keep (per replica: divide by the
@@ -55,7 +57,7 @@ class VegasSettings:
     min_window: float = 0.1
     max_window: float = 1.0
     base_horizon: float = 30.0
-    probe_interval: float = 10.0
+    probe_interval: float = 5.0
 
 
 @dataclass
@@ -127,6 +129,10 @@ class VegasLimit:
             return
         if probing:
             if w.samples:
+                # The probe sets the baseline afresh: an IdP in a brownout often got
+                # slower at any load, and its latency from before must not count as
+                # "no load" for long (that would hold the limit far below capacity).
+                self._means.clear()
                 self._record_mean(w.rtt_sum / w.samples, now)
             self._probe_due = now + s.probe_interval
             self._window = _Window(now)
@@ -134,7 +140,7 @@ class VegasLimit:
         self._update(w, now)
         self._window = _Window(now)
         if now >= self._probe_due:
-            self._window.probe_limit = max(1, math.floor(self._limit / 2))
+            self._window.probe_limit = max(1, math.floor(self._limit / 4))
 
     def _record_mean(self, mean: float, now: float) -> None:
         self._recent_rtt = mean
@@ -158,7 +164,10 @@ class VegasLimit:
         if w.max_in_flight * 2 < self._limit:
             return
         queue = w.max_in_flight * (1 - base / mean) if mean > 0 else 0.0
-        if queue < s.alpha:
+        if queue < 1:
+            # Nothing queues at the IdP: far from its capacity, grow as Vegas does.
+            self._limit = min(s.max_limit, self._limit + s.beta)
+        elif queue < s.alpha:
             self._limit = min(s.max_limit, self._limit + 1)
         elif queue > s.beta:
             self._limit = max(s.min_limit, self._limit - 1)

@@ -400,6 +400,8 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
         proc.wait(timeout=duration + 60)
         sampler.stop()
         checks: dict[str, Any] = {}
+        if protected and scenario.capacity is not None:
+            checks.update(limit_figures(gateways))
         if scenario.cold_probe:
             checks["cold_token_to_all_replicas_idp_calls"] = cold_probe(gateways, fake, scenario)
         timeline = json.loads(timeline_path.read_text()) if timeline_path.exists() else {}
@@ -410,6 +412,31 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
             if gw.proc.poll() is not None:
                 result.checks[f"replica {gw.port} exited"] = gw.proc.returncode
         return result
+
+
+def limit_figures(gateways: list[GatewayProcess]) -> dict[str, Any]:
+    """The concurrency limit's counters at the end of the run, summed over replicas."""
+    figures: dict[str, Any] = {}
+    for gw in gateways:
+        try:
+            text = httpx.get(f"{gw.url}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for reason in ("queue_full", "deadline", "waited"):
+            key = f"limit_refused_{reason}"
+            figures[key] = figures.get(key, 0) + int(
+                metric_value(text, "authn_gateway_concurrency_refusals_total", reason=reason)
+            )
+        figures["slow_calls"] = figures.get("slow_calls", 0) + int(
+            metric_value(text, "authn_gateway_backend_slow_calls_total")
+        )
+        waits = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_count")
+        waited = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_sum")
+        figures["slot_wait_mean_ms"] = round(1000 * waited / waits, 1) if waits else 0.0
+        figures["stale_served"] = figures.get("stale_served", 0) + int(
+            metric_value(text, "authn_gateway_cache_lookups_total", result="stale_served")
+        )
+    return figures
 
 
 def play(

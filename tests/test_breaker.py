@@ -239,3 +239,24 @@ async def test_calls_recorded_without_a_duration_never_count_as_slow() -> None:
         assert ticket is not None
         b.record(ticket, OK)
     assert b.state == "closed" and b.slow_threshold == 0.5
+
+
+async def test_a_closed_breaker_starts_with_fresh_rate_windows() -> None:
+    transitions: list[str] = []
+    b = slow_breaker(transitions, reset=0.05)
+    for _ in range(10):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, OK, 0.6)
+    assert b.state == "open"
+    await asyncio.sleep(0.06)
+    probe = await b.admit()
+    assert probe is not None
+    b.record(probe, OK, 0.05)
+    # The slow calls that opened it are forgotten: one more slow call is 1 of 1 in a
+    # window that needs 10, not 11 of 12.
+    ticket = await b.admit()
+    assert ticket is not None
+    b.record(ticket, OK, 0.6)
+    assert b.state == "closed"
+    assert transitions == ["closed->open", "open->half-open", "half-open->closed"]

@@ -133,13 +133,17 @@ async def test_a_waiter_whose_review_gave_up_is_never_sent() -> None:
     assert lim.in_flight == 2
 
 
-async def test_nobody_waits_longer_than_the_recent_latency() -> None:
+async def test_a_waiter_gives_up_when_its_call_could_no_longer_finish_in_time() -> None:
     clock = Clock()
     lim = limiter(1, clock, recent_rtt=0.05)
     assert lim.try_acquire() is not None
-    task = asyncio.create_task(lim.acquire(Priority.NO_FALLBACK, deadline=clock.now + 5))
+    task = asyncio.create_task(lim.acquire(Priority.NO_FALLBACK, deadline=clock.now + 1))
     await settle()
-    clock.now += 0.06
+    clock.now += 0.9  # 0.1 s left: still time for a 50 ms call
+    lim.expire()
+    await settle()
+    assert not task.done()
+    clock.now += 0.06  # 0.04 s left: too late
     lim.expire()
     assert await task is Refusal.WAITED
     assert lim.waiting() == 0 and lim.in_flight == 1
@@ -170,6 +174,6 @@ async def test_event_loop_timers_end_waits_without_an_injected_clock() -> None:
     lim = ConcurrencyLimiter(algorithm)
     assert lim.try_acquire() is not None
     now = asyncio.get_running_loop().time()
-    result = await lim.acquire(Priority.NO_FALLBACK, deadline=now + 5)
+    result = await lim.acquire(Priority.NO_FALLBACK, deadline=now + 0.1)
     assert result is Refusal.WAITED
     assert lim.waiting() == 0

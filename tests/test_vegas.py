@@ -49,7 +49,7 @@ def test_the_limit_settles_a_few_calls_above_the_idps_capacity() -> None:
     limit = VegasLimit(s, clock)
     run(limit, clock, capacity=4, service=0.05, seconds=60)
     assert_near_capacity(settled(limit, clock, 4, 0.05), 4, s)
-    # The probe windows run at half the limit: near, if not at, the no-load 50 ms.
+    # The probe windows run at a quarter of the limit: near, if not at, the no-load 50 ms.
     assert limit.base_rtt is not None and 0.0499 <= limit.base_rtt <= 0.065
 
 
@@ -137,3 +137,15 @@ def test_the_limit_never_leaves_its_bounds() -> None:
         clock.now += 0.2
         limit.sample(1.0, in_flight=12, dropped=True)
     assert limit.limit == 2
+
+
+def test_a_brownout_after_a_fast_period_is_rebaselined_within_a_probe_interval() -> None:
+    # Found in the brownout scenario: 1 ms answers before, 50 ms during. The old
+    # baseline would read every call as queued and hold the limit under capacity.
+    clock = Clock()
+    s = VegasSettings()
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.001, seconds=20)
+    run(limit, clock, capacity=4, service=0.05, seconds=s.probe_interval + 5)
+    assert limit.base_rtt is not None and limit.base_rtt >= 0.0499
+    assert_near_capacity(settled(limit, clock, 4, 0.05), 4, s)
