@@ -112,7 +112,7 @@ class GuardedBackend:
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
         self._miss.inc()
-        if entry is not None and self._servable(entry) and self._answer_stale_now():
+        if entry is not None and self._servable(entry) and self._answer_stale_now(key):
             # A known user: answered stale now, while the refresh waits its turn.
             self._refresh_later(token, key, entry, deadline)
             self.metrics.cache(self.name, "stale_served")
@@ -127,8 +127,9 @@ class GuardedBackend:
         except TimeoutError:
             return self._fallback(entry, Unavailable("no answer within the review deadline"))
 
-    def _answer_stale_now(self) -> bool:
-        if self.revalidate:
+    def _answer_stale_now(self, key: bytes) -> bool:
+        if self.revalidate or key in self._refreshing:
+            # A refresh is already on its way: this review need not wait for it.
             return True
         # The IdP is saturated: its capacity goes to tokens with no fallback first.
         return self.limiter is not None and self.limiter.would_wait(Priority.HAS_FALLBACK)

@@ -351,6 +351,7 @@ def run_locust(
         "LOADTEST_MIX": scenario.mix,
         "LOADTEST_HOT": str(scenario.hot),
         "LOADTEST_RATE": str(scenario.rate),
+        "LOADTEST_POISSON": "1" if scenario.poisson else "0",
         "LOADTEST_TIMELINE": str(timeline),
     }
     if scenario.reauth:

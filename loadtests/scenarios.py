@@ -43,6 +43,9 @@ class Scenario:
     # warm-up): at most `capacity` calls in service, `service_time` s each, FIFO.
     capacity: int | None = None
     service_time: float = 0.05
+    # Poisson arrivals per user (a smooth offered rate) instead of constant throughput,
+    # whose users all start together and review in waves.
+    poisson: bool = False
 
 
 _BREAKER = {"breaker": {"fail_max": 5, "reset_timeout_seconds": 5.0, "half_open_probes": 1}}
@@ -61,6 +64,7 @@ _BROWNOUT = {
     "users": 400,
     "rate": 0.75,
     "mix": "hot=0.7,cold=0.3",
+    "poisson": True,
     "capacity": 4,
     "service_time": 0.05,
     "backend": _BROWNOUT_BACKEND,
@@ -145,6 +149,19 @@ SCENARIOS: dict[str, Scenario] = {
             "brownout",
             "the IdP serves 80 calls/s (4 at once, 50 ms each, FIFO); 300 reviews/s, 30 % cold",
             **_BROWNOUT,  # type: ignore[arg-type]
+        ),
+        Scenario(
+            "brownout-today",
+            "the brownout, with the gateway as it was before #15: no concurrency limit, "
+            "no slow-call rule",
+            **{
+                **_BROWNOUT,
+                "backend": {
+                    **_BROWNOUT_BACKEND,
+                    "concurrency": {"enabled": False},
+                    "breaker": {**_BREAKER["breaker"], "slow_calls": None},
+                },
+            },  # type: ignore[arg-type]
         ),
         Scenario(
             "brownout-shift",

@@ -148,7 +148,7 @@ def test_capacity_mode_reports_its_figures_on_the_control_port(idp: FakeIdP) -> 
 
 
 def test_without_capacity_nothing_queues(idp: FakeIdP) -> None:
-    idp.configure(latency=0.2)
+    idp.configure(latency=1.0)  # long enough for all ten threads to arrive meanwhile
     for t in in_threads(10, lambda _: call(idp)):
         t.join()
     st = idp.stats()
