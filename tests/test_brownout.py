@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value, review_body
 
 GatewayFactory = Callable[..., GatewayProcess]

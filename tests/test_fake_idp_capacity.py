@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from loadtests.fakes.idp import FakeIdP
+from tests.support.fakes.idp import FakeIdP
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

@@ -7,7 +7,7 @@ calls per second, each after S * max(1, L/C) (FIFO: the L - C extra calls queue)
 
 from __future__ import annotations
 
-from authn_gateway.vegas import VegasLimit, VegasSettings
+from authn_gateway.limit.vegas import VegasLimit, VegasSettings
 
 
 class Clock:

@@ -29,7 +29,7 @@ counts as *wasted*: work the IdP did for nobody.
 capacity mode the queue (length, wait p50/p99), the served, expired and wasted calls.
 
 HTTP/1.1 is parsed by h11, with keep-alive, so the gateway's pooled client sees a
-real server. Run standalone with ``python -m loadtests.fakes.idp --port N``.
+real server. Run standalone with ``python -m tests.support.fakes.idp --port N``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,187 @@
+"""Each backend's stack of layers, built in this one place.
+
+``LAYERS`` is the order, outermost first; :func:`build_stack` wraps the backend in
+them the way starlette's ``build_middleware_stack`` does. A layer is a factory
+``(inner, ctx) -> Authenticator``; adding one (say an adaptive concurrency limit) is a
+factory and one entry in the list. See docs/architecture.md for the picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from backends.base import Authenticator, Backend
+from backends.settings import BackendSettings
+
+from .breaker.layer import BreakerLayer
+from .breaker.machine import Breaker, FailureRate, SlowCalls
+from .bucket.gcra import TokenBucket
+from .bucket.layer import BudgetLayer
+from .cache.layer import CacheLayer
+from .cache.policy import ReviewCache
+from .config import GatewayConfig
+from .deadline import DeadlineLayer
+from .keys import TokenHasher
+from .limit.layer import ConcurrencyLayer
+from .limit.slots import ConcurrencyLimiter, Priority
+from .limit.vegas import VegasLimit, VegasSettings
+from .metrics import Metrics
+from .prerejection import TokenRulesFilter
+from .stores import Stores
+
+
+@dataclass
+class BackendStack:
+    """One backend, its stack, and the parts operators reach (admin routes, metrics)."""
+
+    name: str
+    settings: BackendSettings
+    backend: Backend
+    #: The outermost layer: what the router and the chain call.
+    top: Authenticator
+    #: The backend's outbound bucket: its stack's budget layer and its follow-up calls.
+    bucket: TokenBucket
+    breaker: Breaker | None = None
+    extras: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class StackContext:
+    """What a layer factory may use to build its layer for one backend."""
+
+    settings: BackendSettings
+    config: GatewayConfig
+    stores: Stores
+    metrics: Metrics
+    hasher: TokenHasher
+    handle: BackendStack
+
+
+LayerFactory = Callable[[Authenticator, StackContext], Authenticator]
+
+
+def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    return TokenRulesFilter(inner, ctx.settings.token_rules)
+
+
+def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
+    cache = ctx.config.cache_for(ctx.settings)
+    limiter = ctx.handle.extras.get("concurrency")
+    return CacheLayer(
+        inner,
+        ReviewCache(cache, ctx.stores.cache_store()),
+        ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
+        ctx.hasher,
+        ctx.metrics,
+        # Known users are answered stale while their refresh waits for a slot.
+        saturated=(
+            (lambda: limiter.would_wait(Priority.HAS_FALLBACK))
+            if isinstance(limiter, ConcurrencyLimiter)
+            else None
+        ),
+        revalidate=cache.stale_while_revalidate,
+    )
+
+
+def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    s, name = ctx.settings.breaker, ctx.settings.name
+    rate, slow = s.failure_rate, s.slow_calls
+    breaker = Breaker(
+        name,
+        s.fail_max,
+        s.reset_timeout_seconds,
+        # A probe's permit outlives its call by a margin, then frees itself.
+        ctx.stores.probe_permits(name, s.half_open_probes, ctx.settings.timeouts.total_seconds + 1),
+        ctx.stores.breaker_storage(name),
+        on_transition=ctx.metrics.breaker_transition,
+        failure_rate=(
+            FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None
+        ),
+        slow_calls=(
+            SlowCalls(
+                slow.duration_threshold_seconds or ctx.settings.timeouts.total_seconds / 2,
+                FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls),
+            )
+            if slow
+            else None
+        ),
+    )
+    ctx.stores.watch_breaker(name, breaker.refresh)
+    ctx.metrics.set_breaker_state(name, breaker.state)
+    ctx.handle.breaker = breaker
+    return BreakerLayer(inner, breaker, ctx.metrics)
+
+
+def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    c, name = ctx.settings.concurrency, ctx.settings.name
+    if not c.enabled:
+        return inner
+    # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
+    # queue, so the fleet's total stays what one replica would keep.
+    share = ctx.config.redis.expected_replicas if ctx.config.redis is not None else 1
+    limiter = ConcurrencyLimiter(
+        VegasLimit(
+            VegasSettings(
+                initial=c.initial_limit,
+                min_limit=c.min_limit,
+                max_limit=c.max_limit,
+                alpha=c.queue_low / share,
+                beta=c.queue_high / share,
+            )
+        )
+    )
+    ctx.metrics.watch_concurrency(
+        name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
+    )
+    ctx.handle.extras["concurrency"] = limiter
+    return ConcurrencyLayer(inner, limiter, ctx.metrics)
+
+
+def budget_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    return BudgetLayer(inner, ctx.handle.bucket, ctx.settings.bucket.max_wait_seconds, ctx.metrics)
+
+
+def deadline_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    return DeadlineLayer(inner, ctx.settings.timeouts.total_seconds, ctx.metrics)
+
+
+#: A backend's layers, outermost first.
+#: ``token_rules`` only narrows ``could_accept`` (which every layer passes through at no
+#: cost), so it sits where a review reaches it least: innermost.
+#: ``concurrency_layer`` is below the breaker (its refusals are the gateway's own, not
+#: the IdP's failures) and above the budget: the bucket stays the hard rate ceiling.
+LAYERS: tuple[LayerFactory, ...] = (
+    cache_layer,
+    breaker_layer,
+    concurrency_layer,
+    budget_layer,
+    deadline_layer,
+    token_rules,
+)
+
+
+def outbound_bucket(settings: BackendSettings, stores: Stores) -> TokenBucket:
+    """The backend's call budget: built before the backend, which is handed it."""
+    b = settings.bucket
+    return TokenBucket(f"bucket:{settings.name}", b.rate, b.burst, stores.bucket_store())
+
+
+def build_stack(
+    settings: BackendSettings,
+    backend: Backend,
+    bucket: TokenBucket,
+    config: GatewayConfig,
+    stores: Stores,
+    metrics: Metrics,
+    hasher: TokenHasher,
+    layers: tuple[LayerFactory, ...] = LAYERS,
+) -> BackendStack:
+    handle = BackendStack(settings.name, settings, backend, backend, bucket)
+    ctx = StackContext(settings, config, stores, metrics, hasher, handle)
+    top: Authenticator = backend
+    for make in reversed(layers):
+        top = make(top, ctx)
+    handle.top = top
+    return handle
