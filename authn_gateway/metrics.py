@@ -168,7 +168,7 @@ class Metrics:
         )
         self.concurrency_refusals = Counter(
             f"{PREFIX}_concurrency_refusals",
-            "Calls refused by the concurrency limit: queue_full, deadline or waited.",
+            "Calls refused by the concurrency limit: failing, queue_full, deadline or waited.",
             ["backend", "reason"],
             registry=r,
         )

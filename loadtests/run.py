@@ -423,7 +423,7 @@ def limit_figures(gateways: list[GatewayProcess]) -> dict[str, Any]:
             text = httpx.get(f"{gw.url}/metrics", timeout=5).text
         except httpx.HTTPError:
             continue
-        for reason in ("queue_full", "deadline", "waited"):
+        for reason in ("failing", "queue_full", "deadline", "waited"):
             key = f"limit_refused_{reason}"
             figures[key] = figures.get(key, 0) + int(
                 metric_value(text, "authn_gateway_concurrency_refusals_total", reason=reason)

@@ -177,3 +177,17 @@ async def test_event_loop_timers_end_waits_without_an_injected_clock() -> None:
     result = await lim.acquire(Priority.NO_FALLBACK, deadline=now + 0.1)
     assert result is Refusal.WAITED
     assert lim.waiting() == 0
+
+
+async def test_nobody_waits_for_an_idp_not_measured_yet_or_failing() -> None:
+    clock = Clock()
+    lim = limiter(1, clock, recent_rtt=None)
+    held = lim.try_acquire()
+    assert held is not None
+    assert await lim.acquire(Priority.NO_FALLBACK, deadline=clock.now + 5) is Refusal.FAILING
+    clock.now += 0.2
+    lim.release(held, rtt=1.0, dropped=True)  # it timed out
+    held = lim.try_acquire()
+    assert held is not None
+    assert await lim.acquire(Priority.NO_FALLBACK, deadline=clock.now + 5) is Refusal.FAILING
+    assert lim.waiting() == 0

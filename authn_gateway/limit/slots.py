@@ -10,6 +10,8 @@ slots are taken, a call may wait, but never long and never in vain:
 * a call whose deadline would pass before it could be answered is refused at once; a
   waiter gives up when a slot could no longer let its call finish by its deadline,
   and a waiter whose review has given up is dropped, never sent;
+* nobody waits while the limit has no latency measured yet or the IdP's last calls
+  failed or timed out (waiting for a hung IdP only adds a call timeout);
 * calls with no fallback (a token never seen, nothing to serve stale) go first;
   calls that could be answered stale (refreshes) get a slot only when no call of the
   first kind waits.
@@ -39,6 +41,7 @@ class Priority(enum.IntEnum):
 
 
 class Refusal(enum.Enum):
+    FAILING = "failing"  # no latency measured yet, or recent calls failed: nobody waits
     QUEUE_FULL = "queue_full"  # a full round of calls already waits ahead
     DEADLINE = "deadline"  # the call could not be answered before its deadline
     WAITED = "waited"  # waited the IdP's recent latency and got no slot
@@ -107,6 +110,10 @@ class ConcurrencyLimiter:
         if slot is not None:
             return slot
         now = self._now()
+        if not self.algorithm.healthy:
+            # Waiting is only worth it for an IdP that answers: not one that times out
+            # (a hang would hold every waiter for a full call timeout more).
+            return self._refuse(Refusal.FAILING)
         rtt = self.algorithm.recent_rtt
         ahead = self._ahead(priority)
         if ahead >= self.limit:

@@ -83,6 +83,7 @@ class VegasLimit:
         # (time, window mean) of recent windows; the lowest is the no-load latency.
         self._means: deque[tuple[float, float]] = deque()
         self._recent_rtt: float | None = None
+        self._last_dropped = False
         self._probe_due = now  # the first window after start-up measures base
 
     @property
@@ -148,8 +149,15 @@ class VegasLimit:
         while self._means and self._means[0][0] < now - self.settings.base_horizon:
             self._means.popleft()
 
+    @property
+    def healthy(self) -> bool:
+        """Latency measured, and the last window had no failure or timeout: waiting for
+        a slot is worth it (an IdP that fails or is not measured yet gets no queue)."""
+        return self._recent_rtt is not None and not self._last_dropped
+
     def _update(self, w: _Window, now: float) -> None:
         s = self.settings
+        self._last_dropped = w.dropped
         if w.dropped:
             self._limit = max(s.min_limit, self._limit * s.backoff)
             return
