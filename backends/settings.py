@@ -110,7 +110,8 @@ class SlowCallSettings(Strict):
 
     resilience4j's ``slowCallDurationThreshold`` and ``slowCallRateThreshold``: an IdP
     that still answers, but late, is in trouble before it fails. Every call counts,
-    failed ones too (a timeout is slow). A slow probe while half-open opens again.
+    failed ones too (a timeout is slow). Counted while closed; a half-open probe is judged
+    by its answer alone (a restarted IdP's first answer is often slow).
     """
 
     # A call that took at least this long is slow; unset: half the backend's

@@ -214,7 +214,8 @@ async def test_a_call_at_the_threshold_counts_as_slow_and_a_timeout_counts_twice
     assert b.state == "open"
 
 
-async def test_a_probe_that_answers_late_opens_it_again() -> None:
+async def test_a_probe_is_judged_by_its_answer_even_when_late() -> None:
+    # A restarted IdP's first answer is often slow; one slow probe must not keep it open.
     transitions: list[str] = []
     b = slow_breaker(transitions, fail_max=1, reset=0.05)
     await fail(b, 1)
@@ -222,13 +223,8 @@ async def test_a_probe_that_answers_late_opens_it_again() -> None:
     probe = await b.admit()
     assert probe is not None
     b.record(probe, OK, 0.7)
-    assert b.state == "open"
-    await asyncio.sleep(0.06)
-    probe = await b.admit()
-    assert probe is not None
-    b.record(probe, OK, 0.05)
     assert b.state == "closed"
-    assert transitions[-3:] == ["half-open->open", "open->half-open", "half-open->closed"]
+    assert transitions[-2:] == ["open->half-open", "half-open->closed"]
 
 
 async def test_calls_recorded_without_a_duration_never_count_as_slow() -> None:
