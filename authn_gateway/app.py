@@ -112,7 +112,8 @@ class ReviewEndpoint:
         self.review_log = review_log
         self.callers = CallerAuth(gateway.config.server)
         audit_to = gateway.config.server.audit_log
-        self.audit_log = AuditLog(audit_to) if audit_to else None
+        queue_lines = gateway.config.logging.audit_queue_lines
+        self.audit_log = AuditLog(audit_to, queue_lines) if audit_to else None
         # Reviews running now; a config reload closes the old gateway once this is 0.
         self.in_flight = 0
 
@@ -299,8 +300,16 @@ class GatewayApp:
 
     def _install(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        log_reviews = gateway.config.logging.reviews
-        self.review_log = ReviewLog(gateway.config.logging.format) if log_reviews else None
+        logs = gateway.config.logging
+        self.review_log = (
+            ReviewLog(
+                logs.format,
+                queue_lines=logs.queue_lines,
+                summary_seconds=logs.outage_summary_seconds,
+            )
+            if logs.reviews
+            else None
+        )
         self.review_path = gateway.config.server.review_path
         self.review = ReviewEndpoint(gateway, self.review_log)
         self.ops = ops_app(gateway)

@@ -87,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     config = _apply_overrides(config, args.host, args.port)
-    configure_logging(config.logging.level, config.logging.format)
+    configure_logging(config.logging.level, config.logging.format, config.logging.queue_lines)
     from .server import serve
 
     return serve(config, args.config)

@@ -138,6 +138,14 @@ class LoggingSettings(Strict):
     format: Literal["text", "json"] = "text"
     # One line per review (outcome, backend, latency, token hash prefix).
     reviews: bool = True
+    # Lines (review and process logs) waiting for stderr's reader. When it falls
+    # behind and this fills, new lines are dropped and counted, never waited for.
+    queue_lines: int = Field(default=10_000, ge=100, le=10_000_000)
+    # Unavailable answers with the same backend and reason: the first in each window
+    # is logged, the rest become one review_summary line with a count. 0: every line.
+    outage_summary_seconds: float = Field(default=1.0, ge=0, le=3600)
+    # The audit log's own queue (server.audit_log); every decision gets a line there.
+    audit_queue_lines: int = Field(default=100_000, ge=100, le=10_000_000)
 
 
 class CacheDefaults(CacheSettings):

@@ -248,7 +248,7 @@ class Reloader:
                 return False
             old = self.app.swap(gateway)
             self.running = new
-            configure_logging(new.logging.level, new.logging.format)
+            configure_logging(new.logging.level, new.logging.format, new.logging.queue_lines)
             log.info("config reloaded from %s", where)
         await self._retire(old, new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
         return True
@@ -380,7 +380,7 @@ def _run_process(config: GatewayConfig, source: Path | None, worker: int) -> int
 
 
 def _worker_main(config: GatewayConfig, source: Path | None, worker: int) -> None:
-    configure_logging(config.logging.level, config.logging.format)
+    configure_logging(config.logging.level, config.logging.format, config.logging.queue_lines)
     sys.exit(_run_process(config, source, worker))
 
 
