@@ -141,6 +141,13 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.redis_mode_changes = Counter(
+            f"{PREFIX}_redis_mode_changes",
+            "Switches between shared and local fleet state, by the mode switched to. A gauge "
+            "sampled every scrape misses a few seconds in local mode; this does not.",
+            ["to"],
+            registry=r,
+        )
         self.cache_tampered_entries = Counter(
             f"{PREFIX}_cache_tampered_entries",
             "Shared-cache entries ignored because their signature did not verify.",

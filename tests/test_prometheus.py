@@ -390,6 +390,50 @@ def test_reject_all_alert_fires_against_the_backends_own_baseline(tmp_path: Path
     )
 
 
+def test_redis_alert_fires_on_a_flip_shorter_than_a_scrape(tmp_path: Path) -> None:
+    changes, alert = "authn_gateway_redis_mode_changes_total", "AuthnGatewayRedisModeFlipped"
+    labels = {"pod": "gw-0", "severity": "warning"}
+    fired = [{"exp_labels": labels, "exp_annotations": _annotations(alert, labels)}]
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                # gw-0 was in local mode for a few seconds at t=5m (its mode gauge, sampled
+                # every minute, never showed it); gw-1 never left shared mode.
+                "input_series": [
+                    {
+                        "series": _series(changes, {"pod": "gw-0", "to": "local"}),
+                        "values": "0x4 1x25",
+                    },
+                    {
+                        "series": _series(changes, {"pod": "gw-0", "to": "shared"}),
+                        "values": "0x4 1x25",
+                    },
+                    {"series": _series(changes, {"pod": "gw-1", "to": "local"}), "values": "0x30"},
+                    {
+                        "series": 'authn_gateway_redis_mode{pod="gw-0",mode="local"}',
+                        "values": "0x30",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": alert, "exp_alerts": []},
+                    {"eval_time": "6m", "alertname": alert, "exp_alerts": fired},
+                    {"eval_time": "14m", "alertname": alert, "exp_alerts": fired},
+                    {"eval_time": "20m", "alertname": alert, "exp_alerts": []},
+                    # The 2-minute rule on the gauge never saw it.
+                    {
+                        "eval_time": "20m",
+                        "alertname": "AuthnGatewayRedisFallback",
+                        "exp_alerts": [],
+                    },
+                ],
+            }
+        ],
+        interval="1m",
+    )
+
+
 def _annotations_without_value(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
 
