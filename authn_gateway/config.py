@@ -148,6 +148,14 @@ class LoggingSettings(Strict):
     audit_queue_lines: int = Field(default=100_000, ge=100, le=10_000_000)
 
 
+class ReadinessSettings(Strict):
+    """/readyz of a cold pod: see authn_gateway/readiness.py and docs/operations.md."""
+
+    # Until every backend has answered once (a probe of a token no IdP knows), the pod
+    # is not ready; after this long it is ready anyway. 0: ready at once.
+    cold_start_grace_seconds: float = Field(default=120.0, ge=0, le=3600)
+
+
 class CacheDefaults(CacheSettings):
     """Gateway-wide cache defaults; a backend's own ``cache:`` replaces them."""
 
@@ -221,6 +229,7 @@ class GatewayConfig(Strict):
     cache: CacheDefaults = Field(default_factory=CacheDefaults)
     inbound_limit: InboundLimitSettings = Field(default_factory=InboundLimitSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    readiness: ReadinessSettings = Field(default_factory=ReadinessSettings)
     # Rejects Kubernetes service-account JWTs locally; kube-apiserver checks those itself.
     reject_service_account_tokens: bool = True
     # Fleet mode; in-memory state per process when unset.

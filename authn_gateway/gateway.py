@@ -14,6 +14,7 @@ from .config import SECRET_ENV, ConfigError, GatewayConfig
 from .keys import TokenHasher
 from .metrics import Metrics
 from .pipeline import GuardedBackend, Pipeline
+from .readiness import ReadinessGate
 from .routing import PrefixRule, Router
 from .settings import BackendSettings
 from .state import LocalState, StateFactory
@@ -81,6 +82,13 @@ class Gateway:
             self.metrics,
         )
         self.ready = False
+        self.readiness = ReadinessGate(
+            [
+                (b, s.timeouts.total_seconds)
+                for s, b in zip(config.backends, self.backends, strict=True)
+            ],
+            config.readiness.cold_start_grace_seconds,
+        )
 
     def _state_for(self, config: GatewayConfig) -> StateFactory:
         if config.redis is None:
@@ -136,6 +144,7 @@ class Gateway:
 
     async def close(self) -> None:
         self.ready = False
+        self.readiness.close()
         for backend in self.backends:
             try:
                 await backend.close()
