@@ -106,3 +106,16 @@ def test_a_reload_during_an_outage_keeps_a_warm_pod_ready(
     assert "config reloaded" in gw.logs()
     # The process has had its answer; a new config's gateway does not make it cold.
     assert readyz(gw).status_code == 200
+
+
+def test_an_idp_that_hangs_keeps_a_cold_pod_unready_with_one_probe_at_a_time(
+    fake_idp: FakeIdP, gateway_factory: Any
+) -> None:
+    fake_idp.configure(hang=True)
+    gw = gateway_factory(config(fake_idp, grace=600))
+    for _ in range(3):
+        # /readyz answers without waiting for the hung probe (kubelet would give up).
+        assert readyz(gw).status_code == 503
+    assert 1 <= fake_idp.calls <= 2  # one probe at a time, at most one every 2 s
+    fake_idp.configure(hang=False)
+    wait_ready(gw, 30)
