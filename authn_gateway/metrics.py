@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .breaker import STATES
+from .breaker.machine import STATES
 from .logsink import all_sinks
 
 LOGS = ("review", "audit", "process")

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import free_port, metric_value, review_body, wait_for_port
 
 

@@ -18,14 +18,14 @@ import httpx
 import pytest
 import yaml
 
-from loadtests.fakes.idp import FakeIdP
-from loadtests.fakes.keystone import (
+from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
+from tests.support.fakes.keystone import (
     DEFAULT_SERVICE_PASSWORD,
     SERVICE_USER,
     FakeKeystone,
     mint_token,
 )
-from tests.conftest import userinfo_backend
 from tests.support.procs import (
     GatewayProcess,
     free_port,

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess
 
 KNOWN = [f"good-user{i}" for i in range(5)]
