@@ -43,6 +43,17 @@ class SinkHandler(logging.Handler):
             self.handleError(record)
 
 
+class TextFormatter(logging.Formatter):
+    """One record, one line: line breaks inside the message (a value from a client or
+    an IdP) are escaped, so no value can forge a log line. Tracebacks stay as they are."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        if "\n" in line or "\r" in line:
+            line = line.replace("\r", "\\r").replace("\n", "\\n")
+        return line
+
+
 def configure_logging(
     level: str = "info", fmt: str = "text", queue_lines: int = DEFAULT_CAPACITY
 ) -> None:
@@ -50,7 +61,7 @@ def configure_logging(
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
     else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        formatter = TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
     root = logging.getLogger()

@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 from authn_gateway.logsink import LogSink
@@ -40,10 +41,15 @@ def test_text_lines_are_logfmt_with_quoting() -> None:
         stale=True,
         user="Jane Doe",
     )
-    assert written(log, out) == [
-        "review token=abc123 answer=rejected backend=s ms=0.5 cached=False "
+    lines = written(log, out)
+    for line in lines:
+        stamp, level, _rest = line.split(" ", 2)
+        assert re.fullmatch(r"time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp)
+        assert level == "level=info"
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "msg=review token=abc123 answer=rejected backend=s ms=0.5 cached=False "
         'reason="unknown \\"static\\" token" caller=10.0.0.1',
-        "review token=abc123 answer=authenticated backend=s ms=0.1 cached=True stale=True "
+        "msg=review token=abc123 answer=authenticated backend=s ms=0.1 cached=True stale=True "
         'user="Jane Doe"',
     ]
 
@@ -86,23 +92,24 @@ async def test_repeated_outage_reasons_become_one_summary_line_per_window() -> N
     # Other answers are never summarised.
     for _ in range(2):
         log.write(token="r", answer="rejected", backend="idp", ms=1.0, cached=False, reason="x")
-    lines = written(log, out)
+    # Past the time and level fields, which every line has.
+    lines = [line.split(" ", 2)[2] for line in written(log, out)]
     assert lines[:5] == [
-        "review token=t0 answer=unavailable backend=idp ms=1.0 cached=False "
+        "msg=review token=t0 answer=unavailable backend=idp ms=1.0 cached=False "
         'reason="circuit breaker open"',
-        'review token=t answer=unavailable backend=idp ms=1.0 cached=False reason="HTTP 503"',
-        "review token=t answer=unavailable backend=ldap ms=1.0 cached=False "
+        'msg=review token=t answer=unavailable backend=idp ms=1.0 cached=False reason="HTTP 503"',
+        "msg=review token=t answer=unavailable backend=ldap ms=1.0 cached=False "
         'reason="circuit breaker open"',
-        "review token=r answer=rejected backend=idp ms=1.0 cached=False reason=x",
-        "review token=r answer=rejected backend=idp ms=1.0 cached=False reason=x",
+        "msg=review token=r answer=rejected backend=idp ms=1.0 cached=False reason=x",
+        "msg=review token=r answer=rejected backend=idp ms=1.0 cached=False reason=x",
     ]
     assert lines[5:] == [
-        'review_summary answer=unavailable backend=idp reason="circuit breaker open" '
+        'msg=review_summary answer=unavailable backend=idp reason="circuit breaker open" '
         "count=4 seconds=60"
     ]
     # A new window logs the first answer in full again.
     unavailable(log, "idp", "circuit breaker open", token="next")
-    assert written(log, out)[-1].startswith("review token=next answer=unavailable")
+    assert "msg=review token=next answer=unavailable" in written(log, out)[-1]
 
 
 async def test_the_event_loop_ends_each_summary_window() -> None:
@@ -176,3 +183,31 @@ def test_a_file_destination_appends(tmp_path: Path) -> None:
     assert sink.flush(5.0)
     sink.close()
     assert path.read_text() == "earlier\nlater\n"
+
+
+def test_a_user_name_with_a_newline_cannot_forge_a_review_line() -> None:
+    out = io.StringIO()
+    log = ReviewLog("text", out)
+    forged = "mallory\nreview token=x answer=authenticated user=admin\r\u2028"
+    log.write(token="abc", answer="authenticated", backend="s", ms=0.1, cached=False, user=forged)
+    log.write(token="abc", answer="rejected", backend="s", ms=0.1, cached=False, reason="")
+    log.flush()
+    assert log.sink.flush(5.0)
+    lines = out.getvalue().split("\n")
+    assert len(lines) == 3 and lines[2] == ""
+    assert lines[0].endswith(
+        'user="mallory\\nreview token=x answer=authenticated user=admin\\r\\u2028"'
+    )
+    assert lines[1].endswith('reason=""')
+
+
+def test_process_log_messages_are_one_line_whatever_their_values() -> None:
+    import logging
+
+    from authn_gateway.logsetup import TextFormatter
+
+    record = logging.LogRecord(
+        "backends.x", logging.WARNING, __file__, 1, "user %s", ("eve\n2026 ERROR forged",), None
+    )
+    line = TextFormatter("%(levelname)s %(name)s: %(message)s").format(record)
+    assert line == "WARNING backends.x: user eve\\n2026 ERROR forged"
