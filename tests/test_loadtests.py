@@ -300,3 +300,17 @@ def test_poisson_schedule_keeps_the_rate_and_catches_up_after_a_slow_review() ->
     assert 900 < now[0] < 1080
     now[0] += 10.0  # a review that took 10 s: the next one is not held back further
     assert schedule.wait() == 0.0
+
+
+def test_the_parked_connection_measurement_runs_as_documented() -> None:
+    # docs/operations.md and docs/decisions.md quote `python -m loadtests.parked`.
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.parked", "--connections", "50"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "50 silent connections: +" in result.stdout
+    assert "50 unfinished 16 KiB heads: +" in result.stdout
