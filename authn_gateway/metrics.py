@@ -7,11 +7,17 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .breaker.machine import STATES
+from .logsink import all_sinks
+
+LOGS = ("review", "audit", "process")
 
 PREFIX = "authn_gateway"
 
@@ -135,9 +141,10 @@ class Metrics:
             ["mode"],
             registry=r,
         )
-        self.redis_mode_transitions = Counter(
-            f"{PREFIX}_redis_mode_transitions",
-            "Switches between shared and local fleet state, by the mode switched to.",
+        self.redis_mode_changes = Counter(
+            f"{PREFIX}_redis_mode_changes",
+            "Switches between shared and local fleet state, by the mode switched to. A gauge "
+            "sampled every scrape misses a few seconds in local mode; this does not.",
             ["to"],
             registry=r,
         )
@@ -152,6 +159,44 @@ class Metrics:
             "Shared-cache entries ignored because their signature did not verify.",
             registry=r,
         )
+        self.concurrency_limit = Gauge(
+            f"{PREFIX}_concurrency_limit",
+            "Adaptive limit on calls in flight to the identity provider.",
+            ["backend"],
+            registry=r,
+        )
+        self.concurrency_in_flight = Gauge(
+            f"{PREFIX}_concurrency_in_flight",
+            "Calls in flight to the identity provider.",
+            ["backend"],
+            registry=r,
+        )
+        self.concurrency_waiting = Gauge(
+            f"{PREFIX}_concurrency_waiting",
+            "Calls waiting for a slot under the concurrency limit.",
+            ["backend"],
+            registry=r,
+        )
+        self.slot_wait = Histogram(
+            f"{PREFIX}_concurrency_slot_wait_seconds",
+            "Time a call waited for a slot under the concurrency limit.",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.concurrency_refusals = Counter(
+            f"{PREFIX}_concurrency_refusals",
+            "Calls refused by the concurrency limit: failing, queue_full, deadline or waited.",
+            ["backend", "reason"],
+            registry=r,
+        )
+        self.slow_calls = Counter(
+            f"{PREFIX}_backend_slow_calls",
+            "Calls to an identity provider at or over the breaker's slow-call threshold.",
+            ["backend"],
+            registry=r,
+        )
+        r.register(LogSinkCollector())
         self._children: dict[tuple[Any, ...], Any] = {}
         # The per-review pair, resolved once: this runs on every review.
         self._review_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -188,6 +233,27 @@ class Metrics:
     def limiter_refusal(self, limiter: str, backend: str) -> None:
         self._child(self.limited, limiter, backend).inc()
 
+    def watch_concurrency(
+        self,
+        backend: str,
+        limit: Callable[[], float],
+        in_flight: Callable[[], float],
+        waiting: Callable[[], float],
+    ) -> None:
+        """The limiter's live figures, read at scrape time."""
+        self.concurrency_limit.labels(backend).set_function(limit)
+        self.concurrency_in_flight.labels(backend).set_function(in_flight)
+        self.concurrency_waiting.labels(backend).set_function(waiting)
+
+    def slot_waited(self, backend: str, seconds: float) -> None:
+        self._child(self.slot_wait, backend).observe(seconds)
+
+    def concurrency_refusal(self, backend: str, reason: str) -> None:
+        self._child(self.concurrency_refusals, backend, reason).inc()
+
+    def slow_call(self, backend: str) -> None:
+        self._child(self.slow_calls, backend).inc()
+
     def prerejection(self, reason: str) -> None:
         self._child(self.prerejected, reason).inc()
 
@@ -201,3 +267,34 @@ class Metrics:
     def breaker_transition(self, backend: str, old: str, new: str) -> None:
         self._child(self.breaker_transitions, backend, old, new).inc()
         self.set_breaker_state(backend, new)
+
+
+class LogSinkCollector(Collector):
+    """The log queues' counts, read at scrape time: the sinks are per process, not per
+    config, so they outlive the Metrics of any one reload."""
+
+    def collect(self) -> Iterator[Metric]:
+        dropped = CounterMetricFamily(
+            f"{PREFIX}_log_lines_dropped",
+            "Log lines dropped unwritten: their reader fell behind and the queue was full.",
+            labels=["log"],
+        )
+        queued = GaugeMetricFamily(
+            f"{PREFIX}_log_queue_lines",
+            "Log lines waiting for their writer, by destination.",
+            labels=["destination"],
+        )
+        totals = dict.fromkeys(LOGS, 0)
+        for sink in all_sinks():
+            for log, count in sink.dropped.items():
+                totals[log] = totals.get(log, 0) + count
+            queued.add_metric([_destination_label(sink.destination)], sink.queued())
+        for log, count in totals.items():
+            dropped.add_metric([log], count)
+        yield dropped
+        yield queued
+
+
+def _destination_label(destination: str) -> str:
+    # A file's path is configuration, not a secret, but "file" keeps the label short.
+    return destination if destination in ("stderr", "stdout") else "file"

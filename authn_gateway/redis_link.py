@@ -92,6 +92,8 @@ class RedisLink:
         # Monotonic time of the last switch to local mode.
         self.local_since = time.monotonic()
         self._set_mode_metric()
+        # Exported at 0 from the start, so that the first switch is an increase.
+        self._switched = {mode: metrics.redis_mode_changes.labels(mode) for mode in MODES}
 
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -170,8 +172,8 @@ class RedisLink:
             return
         self.shared = False
         self.local_since = time.monotonic()
-        self._metrics.redis_mode_transitions.labels("local").inc()
         self._set_mode_metric()
+        self._switched["local"].inc()
         log.warning(
             "redis: %s failed (%s); falling back to local state until it answers",
             op,
@@ -192,8 +194,8 @@ class RedisLink:
                 await self.client.connection_pool.disconnect()
             self.shared = True
             self._slow_in_a_row = 0
-            self._metrics.redis_mode_transitions.labels("shared").inc()
             self._set_mode_metric()
+            self._switched["shared"].inc()
             log.warning("redis: answering again; fleet state is shared again")
             for callback in self._on_resume:
                 callback()

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from backends.settings import BackendSettings
 
-from .breaker.machine import Breaker, CallGate, FailureRate
+from .breaker.machine import Breaker, CallGate, FailureRate, SlowCalls
 from .breaker.memory import LocalProbePermits
 from .breaker.redis import BreakerSync, FleetBreaker
 from .bucket.gcra import BucketStore
@@ -47,6 +47,7 @@ class Stores(Protocol):
         slot_ttl: float,
         on_transition: Callable[[str, str, str], None],
         failure_rate: FailureRate | None,
+        slow_calls: SlowCalls | None = None,
     ) -> CallGate:
         """The backend's breaker and in-flight ceiling; ``slot_ttl`` bounds how long a
         dead caller's probe permit or slot can stay taken."""
@@ -79,8 +80,9 @@ class MemoryStores:
         slot_ttl: float,
         on_transition: Callable[[str, str, str], None],
         failure_rate: FailureRate | None,
+        slow_calls: SlowCalls | None = None,
     ) -> CallGate:
-        return local_breaker(backend, settings, on_transition, failure_rate)
+        return local_breaker(backend, settings, on_transition, failure_rate, slow_calls)
 
     def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
         return LocalCoalescer(on_join)
@@ -130,6 +132,7 @@ class RedisStores:
         slot_ttl: float,
         on_transition: Callable[[str, str, str], None],
         failure_rate: FailureRate | None,
+        slow_calls: SlowCalls | None = None,
     ) -> CallGate:
         b = settings.breaker
         fleet = FleetBreaker(
@@ -147,6 +150,7 @@ class RedisStores:
             self._background.spawn,
             on_transition,
             failure_rate,
+            slow_calls,
         )
         self._breakers.add(fleet)
         return fleet
@@ -169,6 +173,7 @@ def local_breaker(
     settings: BackendSettings,
     on_transition: Callable[[str, str, str], None] | None,
     failure_rate: FailureRate | None,
+    slow_calls: SlowCalls | None = None,
     share: int = 1,
 ) -> Breaker:
     """An in-process breaker with ``1/share`` of the backend's in-flight ceiling."""
@@ -180,5 +185,6 @@ def local_breaker(
         LocalProbePermits(b.half_open_probes),
         on_transition=on_transition,
         failure_rate=failure_rate,
+        slow_calls=slow_calls,
         max_in_flight=max(1, math.ceil(settings.concurrency.max_limit / share)),
     )

@@ -8,7 +8,7 @@ against the bound fail_max + in-flight limit + probes per reset_timeout. Then a 
 burst (300 tokens at 450/s) after recovery: the most calls the IdP saw in any one
 second, against burst + rate * 1 s. The gateways' own Redis latency histograms
 (``authn_gateway_redis_duration_seconds``) give Redis latency under that load, and
-``authn_gateway_redis_mode_transitions_total`` (when it exists) how often a replica
+``authn_gateway_redis_mode_changes_total`` (when it exists) how often a replica
 left shared mode.
 
     python -m loadtests.fleet_faults --replicas 1,3,6 --faults reset,500,hang,slow
@@ -145,7 +145,7 @@ async def one_run(
         "redis_p999_s": histogram_quantile(merged, "authn_gateway_redis_duration_seconds", 0.999),
         "redis_errors": sum(metric_value(t, "authn_gateway_redis_errors_total") for t in texts),
         "left_shared": sum(
-            metric_value(t, "authn_gateway_redis_mode_transitions_total", to="local") for t in texts
+            metric_value(t, "authn_gateway_redis_mode_changes_total", to="local") for t in texts
         ),
     }
 

@@ -57,7 +57,7 @@ def backend(idp: FakeIdP, **extra: Any) -> dict[str, Any]:
             "reset_timeout_seconds": RESET_TIMEOUT,
             "half_open_probes": PROBES,
         },
-        "concurrency": {"max_limit": IN_FLIGHT},
+        "concurrency": {"max_limit": IN_FLIGHT, "initial_limit": IN_FLIGHT},
         "bucket": {"rate": 1000, "burst": 1000},
         **extra,
     }
@@ -213,7 +213,7 @@ async def test_bucket_holds_across_a_redis_restart(bucket_fleet: Fleet, idp: Fak
     await asyncio.sleep(2.0)  # every replica in local mode, at rate / 3 from empty
     bucket_fleet.redis.start()
     await load
-    assert bucket_fleet.metric("authn_gateway_redis_mode_transitions_total", to="local") >= 1
+    assert bucket_fleet.metric("authn_gateway_redis_mode_changes_total", to="local") >= 1
     assert_within_bucket(idp.stats().arrivals)
 
 
@@ -238,7 +238,7 @@ async def test_bucket_holds_while_redis_answers_slowly(bucket_fleet: Fleet, idp:
     finally:
         stop.set()
         sleeper.join(timeout=15)
-    left = bucket_fleet.metric("authn_gateway_redis_mode_transitions_total", to="local")
+    left = bucket_fleet.metric("authn_gateway_redis_mode_changes_total", to="local")
     # A replica in local mode takes rate / expected_replicas from its own (empty at
     # first) bucket while the others still share theirs: the mixed-mode allowance,
     # documented in docs/operations.md, and repaid when it returns.

@@ -1,13 +1,13 @@
 """The breaker layer: no call while the backend's breaker is open; every call's outcome
-fed back; the IdP's Retry-After holds it open."""
+fed back (with how long it took: slow calls count); the IdP's Retry-After holds it
+open."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from backends.base import Authenticator, HeldBack, Unavailable, Verdict
 
 from ..layer import Layer
+from ..metrics import Metrics
 from .machine import BUSY, CallGate
 
 _OPEN = Unavailable("circuit breaker open")
@@ -17,12 +17,10 @@ _BUSY = HeldBack("too many calls in flight to the IdP")
 
 
 class BreakerLayer(Layer):
-    def __init__(
-        self, inner: Authenticator, breaker: CallGate, on_busy: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, inner: Authenticator, breaker: CallGate, metrics: Metrics) -> None:
         super().__init__(inner)
         self.breaker = breaker
-        self._on_busy = on_busy
+        self.metrics = metrics
 
     async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
         breaker = self.breaker
@@ -30,15 +28,18 @@ class BreakerLayer(Layer):
         if ticket is None:
             return Verdict(_OPEN, self.name)
         if ticket is BUSY:
-            if self._on_busy is not None:
-                self._on_busy()
+            self.metrics.limiter_refusal("in_flight", self.name)
             return Verdict(_BUSY, self.name)
         verdict = await self.inner.review(token, audiences, deadline)
         outcome = verdict.outcome
         if isinstance(outcome, HeldBack):
             breaker.release(ticket)  # our own budget said no; the IdP is not at fault
             return verdict
-        breaker.record(ticket, outcome)
+        seconds = verdict.call_seconds
+        breaker.record(ticket, outcome, seconds)
+        threshold = breaker.slow_threshold
+        if threshold is not None and seconds is not None and seconds >= threshold:
+            self.metrics.slow_call(self.name)
         if isinstance(outcome, Unavailable) and outcome.retry_after:
             # The IdP told us when to come back; no call before then, from any path.
             breaker.hold_open(outcome.retry_after)

@@ -34,7 +34,17 @@ from typing import Any
 from backends.base import Outcome, Unavailable
 
 from ..redis_link import RedisDown, RedisLink, lua_script
-from .machine import BUSY, CLOSED, HALF_OPEN, OPEN, Admission, Breaker, FailureRate, Override
+from .machine import (
+    BUSY,
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    Admission,
+    Breaker,
+    FailureRate,
+    Override,
+    SlowCalls,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +93,7 @@ class FleetBreaker:
         spawn: Callable[[Awaitable[Any]], None],
         on_transition: Callable[[str, str, str], None] | None = None,
         failure_rate: FailureRate | None = None,
+        slow_calls: SlowCalls | None = None,
     ) -> None:
         self.name = name
         self.keys = FleetKeys.of(link, name)
@@ -97,6 +108,7 @@ class FleetBreaker:
         self._spawn = spawn
         self._on_transition = on_transition
         self._failure_rate = failure_rate
+        self._slow_calls = slow_calls
         self.override = Override.NONE
         # The fleet's state as last seen (Unix time for opened_at, as in Redis).
         self._mirror = CLOSED
@@ -159,22 +171,34 @@ class FleetBreaker:
         """The call was never made (the bucket refused it)."""
         self._settle(ticket, None)
 
-    def record(self, ticket: Admission, outcome: Outcome) -> None:
-        self._settle(ticket, outcome)
-        failed = isinstance(outcome, Unavailable)
-        rate = self._failure_rate
-        if rate is not None and rate.add(failed) and self.state == CLOSED:
-            log.warning("breaker %s: failure rate over its window reached the threshold", self.name)
-            rate.clear()
+    @property
+    def slow_threshold(self) -> float | None:
+        return self._slow_calls.threshold if self._slow_calls is not None else None
+
+    def record(self, ticket: Admission, outcome: Outcome, seconds: float | None = None) -> None:
+        self._settle(ticket, outcome, seconds)
+        if isinstance(ticket, FleetTicket) and ticket.probe:
+            return  # a probe is judged by its answer, slow or not (as in Breaker.record)
+        rate, slow = self._failure_rate, self._slow_calls
+        tripped = rate is not None and rate.add(isinstance(outcome, Unavailable))
+        if slow is not None and seconds is not None and slow.add(seconds):
+            tripped = True
+        if tripped and self.state == CLOSED:
+            log.warning("breaker %s: a rate over its window reached the threshold", self.name)
+            for window in (rate, slow):
+                if window is not None:
+                    window.clear()
             self.hold_open(self._reset_timeout)
 
-    def _settle(self, ticket: Admission, outcome: Outcome | None) -> None:
+    def _settle(
+        self, ticket: Admission, outcome: Outcome | None, seconds: float | None = None
+    ) -> None:
         if not isinstance(ticket, FleetTicket):
             # Admitted by the local breaker while Redis was down (or forced closed).
             if outcome is None:
                 self._local.release(ticket)
             else:
-                self._local.record(ticket, outcome)
+                self._local.record(ticket, outcome, seconds)
             return
         verdict = (
             "none" if outcome is None else "fail" if isinstance(outcome, Unavailable) else "ok"
