@@ -186,5 +186,15 @@ def local_breaker(
         on_transition=on_transition,
         failure_rate=failure_rate,
         slow_calls=slow_calls,
-        max_in_flight=max(1, math.ceil(settings.concurrency.max_limit / share)),
+        max_in_flight=local_ceiling(settings, share),
     )
+
+
+def local_ceiling(settings: BackendSettings, share: int) -> int | None:
+    """The breaker's own in-flight slots in one process: none while the adaptive limit
+    (limit/, which never exceeds ``max_limit``) is on and this is the whole budget; its
+    ``1/share`` of ``max_limit`` when a fleet replica runs without Redis."""
+    c = settings.concurrency
+    if c.enabled and share == 1:
+        return None
+    return max(1, math.ceil(c.max_limit / share))

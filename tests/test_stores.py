@@ -109,7 +109,13 @@ def breaker_settings(fail_max: int = 2, probes: int = 1, in_flight: int = 10) ->
         breaker=BreakerSettings(
             fail_max=fail_max, reset_timeout_seconds=0.3, half_open_probes=probes
         ),
-        concurrency=ConcurrencySettings(max_limit=in_flight, initial_limit=min(in_flight, 20)),
+        concurrency=ConcurrencySettings(
+            max_limit=in_flight,
+            initial_limit=min(in_flight, 20),
+            # In one process the adaptive limit (limit/) holds the ceiling when it is on;
+            # off, the breaker keeps max_limit slots itself.
+            enabled=False,
+        ),
     )
 
 
