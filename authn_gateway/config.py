@@ -17,6 +17,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from backends.gitlab import GitLabSettings
+from backends.introspection import IntrospectionSettings
+from backends.jwt import JWTSettings
 from backends.keystone import KeystoneSettings
 from backends.ldap import LDAPSettings
 from backends.static import StaticSettings
@@ -25,10 +27,16 @@ from backends.userinfo import UserinfoSettings
 from .settings import BackendSettings, CacheSettings, PositiveFloat, Rate, Secret, Strict
 
 BackendConfig = Annotated[
-    StaticSettings | UserinfoSettings | KeystoneSettings | LDAPSettings | GitLabSettings,
+    StaticSettings
+    | UserinfoSettings
+    | KeystoneSettings
+    | LDAPSettings
+    | GitLabSettings
+    | JWTSettings
+    | IntrospectionSettings,
     Field(discriminator="type"),
 ]
-BACKEND_TYPES = ("static", "userinfo", "keystone", "ldap", "gitlab")
+BACKEND_TYPES = ("static", "userinfo", "keystone", "ldap", "gitlab", "jwt", "introspection")
 
 EMBEDDED_DEFAULT = "default.yaml"
 SECRET_ENV = "AUTHN_GATEWAY_SECRET"

@@ -60,6 +60,10 @@ class Gateway:
         self.metrics = metrics or Metrics()
         self.hasher = TokenHasher(gateway_secret(config))
         self.backends = build_backends(config, source)
+        for backend in self.backends:
+            collector = backend.collector()
+            if collector is not None:
+                self.metrics.registry.register(collector)
         self.state = state or self._state_for(config)
         guarded = [self._guard(s, b) for s, b in zip(config.backends, self.backends, strict=True)]
         by_name = {g.name: g for g in guarded}

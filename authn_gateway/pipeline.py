@@ -113,6 +113,8 @@ class GuardedBackend:
             return self._fallback(entry, Unavailable("no answer within the review deadline"))
 
     async def _ask_idp(self, token: str, key: bytes, known: CacheEntry | None) -> Verdict:
+        if not self.backend.calls_idp_per_review:
+            return await self._answer_locally(token, key, known)
         ticket = await self.breaker.admit()
         if ticket is None:
             return self._fallback(known, Unavailable("circuit breaker open"))
@@ -129,6 +131,15 @@ class GuardedBackend:
             if outcome.retry_after:
                 # The IdP told us when to come back; no call before then, from any path.
                 self.breaker.hold_open(outcome.retry_after)
+            return self._fallback(known, outcome)
+        await self.cache.put(key, outcome, self.clock())
+        return Verdict(outcome, self.name)
+
+    async def _answer_locally(self, token: str, key: bytes, known: CacheEntry | None) -> Verdict:
+        """A backend that verifies locally: no breaker or bucket (a crafted token must not
+        spend them); its own IdP calls (key fetches) carry their own protection."""
+        outcome = await self._call(token)
+        if isinstance(outcome, Unavailable):
             return self._fallback(known, outcome)
         await self.cache.put(key, outcome, self.clock())
         return Verdict(outcome, self.name)

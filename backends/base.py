@@ -18,7 +18,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,9 @@ class Backend(abc.ABC):
 
     #: Backend kind, e.g. "keystone"; used in metrics together with :attr:`name`.
     kind: str = "abstract"
+    #: False for backends that answer locally (jwt): the pipeline's per-review breaker
+    #: and outbound bucket then do not apply; such a backend protects its own IdP calls.
+    calls_idp_per_review: bool = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -102,6 +108,10 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
+
+    def collector(self) -> Collector | None:
+        """The backend's own Prometheus metrics, registered with the gateway's."""
+        return None
 
     def could_accept(self, token: str) -> bool:
         """Cheap local check: False when the token can never belong to this IdP.
