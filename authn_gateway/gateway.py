@@ -65,6 +65,7 @@ class Gateway:
             if collector is not None:
                 self.metrics.registry.register(collector)
         self.state = state or self._state_for(config)
+        self._share_with_fleet()
         guarded = [self._guard(s, b) for s, b in zip(config.backends, self.backends, strict=True)]
         by_name = {g.name: g for g in guarded}
         router: Router[GuardedBackend] = Router(
@@ -92,6 +93,18 @@ class Gateway:
         from .fleet import FleetState
 
         return FleetState(config.redis, self.hasher, self.metrics, config.cache.max_entries)
+
+    def _share_with_fleet(self) -> None:
+        if self.config.redis is None:
+            return
+        from .fleet import FleetState
+        from .fleet_blobs import RedisSharedBlobs
+
+        if not isinstance(self.state, FleetState):
+            return
+
+        for backend in self.backends:
+            backend.share_with_fleet(RedisSharedBlobs(self.state.link, self.hasher, backend.name))
 
     def _guard(self, settings: BackendSettings, backend: Backend) -> GuardedBackend:
         name = backend.name

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
+    from .shared import SharedBlobs
+
 
 @dataclass(frozen=True, slots=True)
 class UserInfo:
@@ -108,6 +110,9 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
+
+    def share_with_fleet(self, blobs: SharedBlobs) -> None:  # noqa: B027 - optional hook
+        """Fleet mode: signed values this backend may share with the other replicas."""
 
     def collector(self) -> Collector | None:
         """The backend's own Prometheus metrics, registered with the gateway's."""

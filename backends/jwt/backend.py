@@ -34,6 +34,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.http import PoolSettings
+from backends.shared import SharedBlobs
 
 from .keys import ASYMMETRIC_ALGS, KeyPolicy, KeySource
 from .kube import ClaimRules, Issuer
@@ -133,6 +134,8 @@ class JWTBackend(Backend, Collector):
     ) -> None:
         super().__init__(settings.name)
         self._s = settings
+        #: Set by the gateway in fleet mode: key sets are shared through Redis.
+        self.shared: SharedBlobs | None = None
         self._issuer = settings.issuer.url
         self._audiences = list(settings.issuer.audiences)
         self._client = client or issuer_client(settings)
@@ -152,6 +155,7 @@ class JWTBackend(Backend, Collector):
             budget=lambda: self.call_budget,
             clock=clock,
             backend_name=settings.name,
+            share=lambda: self.shared,
         )
 
     async def start(self) -> None:
@@ -168,6 +172,9 @@ class JWTBackend(Backend, Collector):
 
     def collector(self) -> Collector | None:
         return self
+
+    def share_with_fleet(self, blobs: SharedBlobs) -> None:
+        self.shared = blobs
 
     def collect(self) -> Iterable[Metric]:
         return self.keys.metric_families(METRIC_PREFIX)

@@ -9,7 +9,9 @@ what a flood of crafted tokens would aim at. So every fetch goes through:
   most one fetch per floor, and is refused locally in between;
 * a breaker-like back-off after failures (doubling up to ``max_backoff_seconds``,
   longer when the issuer sends ``Retry-After``);
-* the backend's call budget (the gateway's outbound token bucket), when it has one.
+* the backend's call budget (the gateway's outbound token bucket), when it has one;
+* in fleet mode, the fleet: a fetched set is shared (signed) through Redis, and one
+  replica per floor may fetch, so a fleet fetches as often as one replica would.
 
 A background task refetches before the set's lifetime ends (``Cache-Control:
 max-age``, clamped). While the issuer is down, the last good set keeps verifying up
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -34,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from backends.base import CallBudget
 from backends.http import retry_after_seconds
+from backends.shared import SharedBlobs
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,9 @@ ASYMMETRIC_ALGS = frozenset((*RSA_ALGS, *EC_ALGS.values(), "EdDSA"))
 
 _MAX_AGE = re.compile(r"(?:^|,)\s*(?:s-)?max-age\s*=\s*\"?(\d+)")
 MAX_JWKS_BYTES = 512 * 1024
+# Names of the fleet-shared values (the gateway scopes them to the backend).
+_SHARED_SET = "jwks"
+_CLAIM = "jwks-fetch"
 
 
 class FetchFailed(Exception):
@@ -70,6 +77,8 @@ class KeySet:
     fetched_at: float
     # Past this the set is stale: still used, but only because no fetch succeeded.
     fresh_until: float
+    # The JWKS document as fetched, for sharing with the fleet.
+    document: Any = None
 
     def candidates(self, kid: str | None, alg: str) -> list[VerificationKey]:
         return [k for k in self.keys if alg in k.algorithms and (kid is None or k.kid == kid)]
@@ -154,6 +163,7 @@ class KeySource:
         budget: Callable[[], CallBudget | None] = lambda: None,
         clock: Callable[[], float] = time.time,
         backend_name: str = "jwt",
+        share: Callable[[], SharedBlobs | None] = lambda: None,
     ) -> None:
         self._issuer = issuer_url
         self._discovery_url = discovery_url
@@ -162,6 +172,7 @@ class KeySource:
         self._budget = budget
         self._clock = clock
         self._name = backend_name
+        self._share = share
         self._jwks_uri: str | None = None
         self._set: KeySet | None = None
         self._flight: asyncio.Task[None] | None = None
@@ -170,6 +181,7 @@ class KeySource:
         self._blocked_until = float("-inf")
         self._stale_logged = False
         self._background: asyncio.Task[None] | None = None
+        self._last_document: Any = None
         self.stats = FetchStats()
 
     # ---- what the verifier asks ------------------------------------------------
@@ -248,6 +260,9 @@ class KeySource:
     # ---- the fetch itself --------------------------------------------------------
     async def _fetch(self) -> None:
         self._last_attempt = self._clock()
+        share = self._share()
+        if share is not None and not await self._fleet_allows_fetch(share):
+            return
         budget = self._budget()
         if budget is not None and not await budget.acquire(0.0):
             self.stats.count("held_back")
@@ -265,13 +280,71 @@ class KeySource:
             self._failed(FetchFailed("internal error"))
         else:
             now = self._clock()
-            self._set = KeySet(keys, now, now + lifetime)
-            self._failures = 0
-            self._blocked_until = float("-inf")
-            if self._stale_logged:
-                log.warning("backend %s: issuer keys refreshed; stale key set retired", self._name)
-            self._stale_logged = False
+            self._install(KeySet(keys, now, now + lifetime, self._last_document))
             self.stats.count("ok")
+            if share is not None:
+                await self._publish(share)
+
+    def _install(self, ks: KeySet) -> None:
+        self._set = ks
+        self._failures = 0
+        self._blocked_until = float("-inf")
+        if self._stale_logged:
+            log.warning("backend %s: issuer keys refreshed; stale key set retired", self._name)
+        self._stale_logged = False
+
+    # ---- fleet sharing -------------------------------------------------------------
+    async def _fleet_allows_fetch(self, share: SharedBlobs) -> bool:
+        """Adopt a newer set from the fleet; True only if this replica should fetch."""
+        await self._adopt(share)
+        floor = self._policy.min_refresh_seconds
+        ks = self._set
+        if ks is not None and self._clock() - ks.fetched_at < floor:
+            return False  # the fleet fetched within the floor: nothing newer to get
+        if await share.claim(_CLAIM, floor):
+            return True
+        # Another replica is fetching now: wait for its set rather than fetch too.
+        known = ks.fetched_at if ks is not None else float("-inf")
+        deadline = time.monotonic() + self._policy.deadline_seconds
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            if await self._adopt(share) and self._set is not None and self._set.fetched_at > known:
+                break
+        return False
+
+    async def _adopt(self, share: SharedBlobs) -> bool:
+        raw = await share.get(_SHARED_SET)
+        if raw is None:
+            return False
+        try:
+            record = json.loads(raw)
+            fetched_at, fresh_until = float(record["fetched_at"]), float(record["fresh_until"])
+            keys = parse_jwks(record["jwks"])
+        except (ValueError, KeyError, TypeError, FetchFailed):
+            return False
+        current = self._set
+        if current is not None and current.fetched_at >= fetched_at:
+            return False
+        self._install(KeySet(keys, fetched_at, fresh_until, record["jwks"]))
+        uri = record.get("jwks_uri")
+        if self._jwks_uri is None and isinstance(uri, str) and uri.startswith("https://"):
+            self._jwks_uri = uri  # signed by a replica that checked the discovery document
+        self.stats.count("adopted")
+        return True
+
+    async def _publish(self, share: SharedBlobs) -> None:
+        ks = self._set
+        if ks is None or ks.document is None:
+            return
+        record = {
+            "jwks": ks.document,
+            "jwks_uri": self._jwks_uri,
+            "fetched_at": ks.fetched_at,
+            "fresh_until": ks.fresh_until,
+        }
+        # Kept as long as any replica could use it (its lifetime plus max_stale).
+        ttl = ks.fresh_until - ks.fetched_at + self._policy.max_stale_seconds
+        await share.put(_SHARED_SET, json.dumps(record).encode(), max(ttl, 1.0))
 
     def _failed(self, exc: FetchFailed) -> None:
         self._failures += 1
@@ -295,7 +368,9 @@ class KeySource:
             # The issuer moved its keys: rediscover on the next attempt.
             self._jwks_uri = None
         self._check_status(response, "JWKS")
-        keys = parse_jwks(self._json(response, "JWKS"))
+        document = self._json(response, "JWKS")
+        keys = parse_jwks(document)
+        self._last_document = document
         age = max_age_seconds(response)
         p = self._policy
         lifetime = p.default_refresh_seconds if age is None else age
@@ -345,7 +420,9 @@ class KeySource:
     # ---- metrics -----------------------------------------------------------------
     def metric_families(self, prefix: str) -> Iterable[Metric]:
         fetches = CounterMetricFamily(
-            f"{prefix}_jwks_fetches", "Issuer key fetches, by result.", labels=["backend", "result"]
+            f"{prefix}_jwks_fetches",
+            "Issuer key fetches, by result (adopted: taken from another replica).",
+            labels=["backend", "result"],
         )
         for result, n in sorted(self.stats.by_result.items()):
             fetches.add_metric([self._name, result], n)
