@@ -321,3 +321,15 @@ async def test_a_slow_issuer_does_not_hold_reviews_past_the_deadline(
     answer = status(gw, _random_kid_token(issuer))
     assert time.monotonic() - started < 3.0
     assert answer["authenticated"] is False
+
+
+def test_a_token_with_hundreds_of_groups_is_not_refused_for_its_length(
+    issuer: FakeIssuer, gateway_factory: Start
+) -> None:
+    gw = gateway_factory(config(jwt_backend(issuer)))
+    groups = [f"team-{i:04d}-{uuid.uuid4().hex}" for i in range(250)]
+    token = issuer.mint(good_claims(issuer) | {"groups": groups})
+    assert 4096 < len(token) < 16384
+    answer = status(gw, token)
+    assert answer["authenticated"] is True
+    assert len(answer["user"]["groups"]) == 250

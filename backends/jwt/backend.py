@@ -23,7 +23,13 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from pydantic import Field
 
-from authn_gateway.settings import BackendSettings, NonNegativeFloat, PositiveFloat, Strict
+from authn_gateway.settings import (
+    BackendSettings,
+    NonNegativeFloat,
+    PositiveFloat,
+    Strict,
+    TokenRules,
+)
 from backends.base import (
     Authenticated,
     Backend,
@@ -67,6 +73,8 @@ class JWTSettings(BackendSettings, ClaimRules):
     keys: KeyFetchSettings = Field(default_factory=KeyFetchSettings)
     # Allowed clock difference for exp, nbf and iat.
     clock_skew_seconds: float = Field(default=60.0, ge=0, le=600)
+    # JWTs with many groups (Azure AD, Keycloak) run past the gateway's 4096 default.
+    token_rules: TokenRules = Field(default_factory=lambda: TokenRules(max_length=16384))
     pool: PoolSettings = Field(default_factory=PoolSettings)
 
     def build(self) -> Backend:

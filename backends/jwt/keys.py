@@ -242,7 +242,11 @@ class KeySource:
 
     async def _refresh_loop(self) -> None:
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:
+                # The loop must outlive any one refresh; _fetch logs its own failures.
+                log.exception("backend %s: background key refresh raised", self._name)
             await asyncio.sleep(max(0.05, self._next_refresh_at() - self._clock()))
 
     def _next_refresh_at(self) -> float:
@@ -261,8 +265,13 @@ class KeySource:
     async def _fetch(self) -> None:
         self._last_attempt = self._clock()
         share = self._share()
-        if share is not None and not await self._fleet_allows_fetch(share):
-            return
+        try:
+            if share is not None and not await self._fleet_allows_fetch(share):
+                return
+        except Exception:
+            # Sharing is an optimisation: a bug in it must not stop this replica fetching.
+            log.exception("backend %s: fleet key sharing raised; fetching alone", self._name)
+            share = None
         budget = self._budget()
         if budget is not None and not await budget.acquire(0.0):
             self.stats.count("held_back")
