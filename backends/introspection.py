@@ -18,14 +18,16 @@ from typing import Literal
 import httpx
 from pydantic import Field
 
-from authn_gateway.settings import BackendSettings, Secret
-
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable
+from .budget import UNLIMITED, CallBudget
 from .http import PoolSettings, TLSClientSettings, make_client, server_failure, transport_failure
 from .jwt.kube import ClaimRules
 from .jwt.mapping import map_claims
+from .registry import register
+from .settings import BackendSettings, Secret
 
 
+@register
 class IntrospectionSettings(BackendSettings, ClaimRules):
     type: Literal["introspection"]
     url: str = Field(pattern=r"^https?://")
@@ -37,7 +39,8 @@ class IntrospectionSettings(BackendSettings, ClaimRules):
     tls: TLSClientSettings = Field(default_factory=TLSClientSettings)
     pool: PoolSettings = Field(default_factory=PoolSettings)
 
-    def build(self) -> Backend:
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
+        # One call per review, paid by the stack's budget layer: no follow-ups to budget.
         return IntrospectionBackend(self)
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from authn_gateway.config import parse_config
 from authn_gateway.gateway import Gateway
-from loadtests.fakes.issuer import FakeIssuer
+from tests.support.fakes.issuer import FakeIssuer
 
 ROUNDS, N = 5, 2000
 

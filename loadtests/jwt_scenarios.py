@@ -1,7 +1,7 @@
 """Load scenarios for the jwt backend: an issuer outage, and a flood of random kids.
 
 Each scenario runs a real ``authn-gateway serve`` against the fake issuer
-(:mod:`loadtests.fakes.issuer`, real keys over HTTPS). It runs twice: once with the
+(:mod:`tests.support.fakes.issuer`, real keys over HTTPS). It runs twice: once with the
 gateway's key protections, and once with a reference that a naive verifier
 approximates (no stale key set, no floor between fetches). The figures are printed,
 never asserted:
@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from loadtests.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer
 from tests.support import loadclient
+from tests.support.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
 
 

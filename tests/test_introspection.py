@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loadtests.fakes.issuer import INTROSPECT_PATH, FakeIssuer
+from tests.support.fakes.issuer import INTROSPECT_PATH, FakeIssuer
 from tests.support.procs import GatewayProcess
 
 Start = Callable[..., GatewayProcess]

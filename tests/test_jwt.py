@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer
 from tests.support import loadclient
+from tests.support.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer
 from tests.support.procs import GatewayProcess, metric_value
 
 Start = Callable[..., GatewayProcess]

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import redis
 
-from loadtests.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer, new_key
 from tests.support import loadclient
+from tests.support.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer, new_key
 from tests.support.procs import GatewayProcess, free_port, metric_value
 from tests.support.redis_server import RedisServer
 from tests.test_jwt import good_claims, jwt_backend
@@ -45,7 +45,9 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def fleet_config(issuer: FakeIssuer, url: str, **keys: Any) -> dict[str, Any]:
     return {
         "secret": SECRET,
-        "redis": {"url": url, "timeout_seconds": 0.5, "retry_seconds": 0.5},
+        # A generous Redis deadline: on a loaded machine a slow answer would switch a
+        # replica to local mode (by design), and this test is about sharing.
+        "redis": {"url": url, "timeout_seconds": 2.0, "retry_seconds": 0.5},
         "cache": {"negative_ttl_seconds": 0},
         "backends": [jwt_backend(issuer, keys={"min_refresh_seconds": 30, **keys})],
     }

@@ -23,13 +23,6 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from pydantic import Field
 
-from authn_gateway.settings import (
-    BackendSettings,
-    NonNegativeFloat,
-    PositiveFloat,
-    Strict,
-    TokenRules,
-)
 from backends.base import (
     Authenticated,
     Backend,
@@ -39,7 +32,16 @@ from backends.base import (
     Unavailable,
     UserInfo,
 )
+from backends.budget import UNLIMITED, CallBudget
 from backends.http import PoolSettings
+from backends.registry import register
+from backends.settings import (
+    BackendSettings,
+    NonNegativeFloat,
+    PositiveFloat,
+    Strict,
+    TokenRules,
+)
 from backends.shared import SharedBlobs
 
 from .keys import ASYMMETRIC_ALGS, KeyPolicy, KeySource
@@ -65,6 +67,7 @@ class KeyFetchSettings(Strict):
     max_backoff_seconds: PositiveFloat = 300.0
 
 
+@register
 class JWTSettings(BackendSettings, ClaimRules):
     """One kube ``AuthenticationConfiguration.jwt`` entry plus the gateway's fields."""
 
@@ -77,8 +80,8 @@ class JWTSettings(BackendSettings, ClaimRules):
     token_rules: TokenRules = Field(default_factory=lambda: TokenRules(max_length=16384))
     pool: PoolSettings = Field(default_factory=PoolSettings)
 
-    def build(self) -> Backend:
-        return JWTBackend(self)
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
+        return JWTBackend(self, budget=budget)
 
     @property
     def discovery(self) -> str:
@@ -139,6 +142,7 @@ class JWTBackend(Backend, Collector):
         settings: JWTSettings,
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
+        budget: CallBudget = UNLIMITED,
     ) -> None:
         super().__init__(settings.name)
         self._s = settings
@@ -160,7 +164,8 @@ class JWTBackend(Backend, Collector):
                 max_backoff_seconds=k.max_backoff_seconds,
                 deadline_seconds=settings.timeouts.total_seconds,
             ),
-            budget=lambda: self.call_budget,
+            # Every key fetch takes from the backend's outbound bucket.
+            budget=budget,
             clock=clock,
             backend_name=settings.name,
             share=lambda: self.shared,

@@ -35,7 +35,8 @@ import httpx
 import jwt
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from backends.base import CallBudget
+from backends.budget import CallBudget
+from backends.flight import SingleFlight
 from backends.http import retry_after_seconds
 from backends.shared import SharedBlobs
 
@@ -52,6 +53,7 @@ MAX_JWKS_BYTES = 512 * 1024
 # Names of the fleet-shared values (the gateway scopes them to the backend).
 _SHARED_SET = "jwks"
 _CLAIM = "jwks-fetch"
+_FETCH = "fetch"  # the one flight key: there is one key set to fetch
 
 
 class FetchFailed(Exception):
@@ -160,7 +162,7 @@ class KeySource:
         discovery_url: str,
         client: httpx.AsyncClient,
         policy: KeyPolicy,
-        budget: Callable[[], CallBudget | None] = lambda: None,
+        budget: CallBudget | None = None,
         clock: Callable[[], float] = time.time,
         backend_name: str = "jwt",
         share: Callable[[], SharedBlobs | None] = lambda: None,
@@ -175,7 +177,7 @@ class KeySource:
         self._share = share
         self._jwks_uri: str | None = None
         self._set: KeySet | None = None
-        self._flight: asyncio.Task[None] | None = None
+        self._flights: SingleFlight[None] = SingleFlight()
         self._last_attempt = float("-inf")
         self._failures = 0
         self._blocked_until = float("-inf")
@@ -216,16 +218,9 @@ class KeySource:
 
     async def refresh(self, force: bool = False) -> None:
         """Fetch now if the floor and back-off allow it (or join the fetch in flight)."""
-        if self._flight is None:
-            if not force and not self.may_fetch_now():
-                return
-            self._flight = asyncio.ensure_future(self._fetch())
-            self._flight.add_done_callback(self._landed)
-        # shield: a caller that gives up must not cancel the fetch the others wait on.
-        await asyncio.shield(self._flight)
-
-    def _landed(self, _task: asyncio.Task[None]) -> None:
-        self._flight = None
+        if not self._flights.busy(_FETCH) and not force and not self.may_fetch_now():
+            return
+        await self._flights.do(_FETCH, self._fetch)
 
     # ---- background refresh ----------------------------------------------------
     def start(self) -> None:
@@ -233,12 +228,11 @@ class KeySource:
             self._background = asyncio.ensure_future(self._refresh_loop())
 
     async def close(self) -> None:
-        tasks = [t for t in (self._background, self._flight) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
+        if self._background is not None:
+            self._background.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                await self._background
+        await self._flights.cancel_all()
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -272,7 +266,7 @@ class KeySource:
             # Sharing is an optimisation: a bug in it must not stop this replica fetching.
             log.exception("backend %s: fleet key sharing raised; fetching alone", self._name)
             share = None
-        budget = self._budget()
+        budget = self._budget
         if budget is not None and not await budget.acquire(0.0):
             self.stats.count("held_back")
             return
