@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from tests.support import loadclient
 from tests.support.fakes.issuer import DISCOVERY_PATH, JWKS_PATH, FakeIssuer
@@ -333,3 +335,25 @@ def test_a_token_with_hundreds_of_groups_is_not_refused_for_its_length(
     answer = status(gw, token)
     assert answer["authenticated"] is True
     assert len(answer["user"]["groups"]) == 250
+
+
+def test_a_config_reload_builds_a_new_jwt_backend_and_its_metrics_follow(
+    issuer: FakeIssuer, gateway_factory: Start
+) -> None:
+    gw = gateway_factory(config(jwt_backend(issuer)))
+    assert status(gw, issuer.mint(good_claims(issuer)))["authenticated"] is True
+    cfg = yaml.safe_load(gw.config_path.read_text())
+    mappings = cfg["backends"][0]["claimMappings"]
+    mappings["username"] = {"claim": "sub", "prefix": "reloaded:"}
+    gw.config_path.write_text(yaml.safe_dump(cfg))
+    gw.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "config reloaded" not in gw.logs():
+        assert time.monotonic() < deadline, gw.logs()
+        time.sleep(0.1)
+    answer = status(gw, issuer.mint(good_claims(issuer, sub="bob")))
+    assert answer["user"]["username"] == "reloaded:bob"
+    # One set of jwks series (the new backend's), not a registration error or a duplicate.
+    text = httpx.get(f"{gw.url}/metrics").text
+    assert text.count('authn_gateway_jwks_keys{backend="oidc"}') == 1
+    assert metric_value(text, "authn_gateway_jwks_keys", backend="oidc") == 1
