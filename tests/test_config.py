@@ -356,6 +356,7 @@ def test_reference_config_checks_without_the_admin_token(tmp_path: Path) -> None
     env = {k: v for k, v in os.environ.items() if k != "AUTHN_GATEWAY_ADMIN_TOKEN"}
     env["AUTHN_GATEWAY_SECRET"] = STRONG
     env["KEYSTONE_SERVICE_PASSWORD"] = "k"
+    env["INTROSPECTION_CLIENT_SECRET"] = "i"
     result = subprocess.run(
         [sys.executable, "-m", "authn_gateway", "check-config", str(config)],
         capture_output=True,
