@@ -23,7 +23,7 @@ from tests.support.redis_server import RedisServer
 from tests.test_jwt import good_claims, jwt_backend
 
 Start = Callable[..., GatewayProcess]
-SECRET = "jwt-fleet-secret"
+SECRET = "jwt-fleet-test-only-Qm7Xv2Rk9Lp4Tz8Wc1Nb6Hs3Jd5Fg0Ya"
 
 
 @pytest.fixture
