@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from backends.base import Authenticated, Authenticator, Rejected, Unavailable, Verdict
 
@@ -38,7 +39,10 @@ class DeadlineLayer(Layer):
             log.exception("backend %s raised; answering unavailable", self.name)
             verdict = Verdict(Unavailable("internal error"), self.name)
         outcome = verdict.outcome
-        self.metrics.backend_call(self.name, _kind(outcome), time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.metrics.backend_call(self.name, _kind(outcome), seconds)
+        # The layers above (breaker: slow calls; concurrency limit: latency) read it.
+        verdict = replace(verdict, call_seconds=seconds)
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
             self.metrics.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)

@@ -7,7 +7,7 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -153,6 +153,43 @@ class Metrics:
             "Shared-cache entries ignored because their signature did not verify.",
             registry=r,
         )
+        self.concurrency_limit = Gauge(
+            f"{PREFIX}_concurrency_limit",
+            "Adaptive limit on calls in flight to the identity provider.",
+            ["backend"],
+            registry=r,
+        )
+        self.concurrency_in_flight = Gauge(
+            f"{PREFIX}_concurrency_in_flight",
+            "Calls in flight to the identity provider.",
+            ["backend"],
+            registry=r,
+        )
+        self.concurrency_waiting = Gauge(
+            f"{PREFIX}_concurrency_waiting",
+            "Calls waiting for a slot under the concurrency limit.",
+            ["backend"],
+            registry=r,
+        )
+        self.slot_wait = Histogram(
+            f"{PREFIX}_concurrency_slot_wait_seconds",
+            "Time a call waited for a slot under the concurrency limit.",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.concurrency_refusals = Counter(
+            f"{PREFIX}_concurrency_refusals",
+            "Calls refused by the concurrency limit: failing, queue_full, deadline or waited.",
+            ["backend", "reason"],
+            registry=r,
+        )
+        self.slow_calls = Counter(
+            f"{PREFIX}_backend_slow_calls",
+            "Calls to an identity provider at or over the breaker's slow-call threshold.",
+            ["backend"],
+            registry=r,
+        )
         r.register(LogSinkCollector())
         #: Backends' own metrics (the jwt backend's key fetches).
         self.backend_collectors = BackendCollectors()
@@ -192,6 +229,27 @@ class Metrics:
 
     def limiter_refusal(self, limiter: str, backend: str) -> None:
         self._child(self.limited, limiter, backend).inc()
+
+    def watch_concurrency(
+        self,
+        backend: str,
+        limit: Callable[[], float],
+        in_flight: Callable[[], float],
+        waiting: Callable[[], float],
+    ) -> None:
+        """The limiter's live figures, read at scrape time."""
+        self.concurrency_limit.labels(backend).set_function(limit)
+        self.concurrency_in_flight.labels(backend).set_function(in_flight)
+        self.concurrency_waiting.labels(backend).set_function(waiting)
+
+    def slot_waited(self, backend: str, seconds: float) -> None:
+        self._child(self.slot_wait, backend).observe(seconds)
+
+    def concurrency_refusal(self, backend: str, reason: str) -> None:
+        self._child(self.concurrency_refusals, backend, reason).inc()
+
+    def slow_call(self, backend: str) -> None:
+        self._child(self.slow_calls, backend).inc()
 
     def prerejection(self, reason: str) -> None:
         self._child(self.prerejected, reason).inc()

@@ -69,11 +69,12 @@ class Unavailable:
 
 @dataclass(frozen=True, slots=True)
 class HeldBack(Unavailable):
-    """The gateway held the call back itself (its own call budget said no).
+    """The gateway held the call back itself (its own call budget, or the adaptive
+    concurrency limit, said no).
 
     The IdP was not asked, so this says nothing about its health: the breaker releases
     its ticket instead of counting a failure. Only a :class:`~backends.budget.CallBudget`
-    refusal produces it.
+    refusal or the concurrency-limit layer produces it.
     """
 
 
@@ -91,6 +92,8 @@ class Verdict:
     stale: bool = False
     cached: bool = False
     audiences: tuple[str, ...] = ()
+    # Seconds the backend call took (set by the deadline layer; None: no call was made).
+    call_seconds: float | None = None
 
 
 class BackendConfigError(ValueError):
