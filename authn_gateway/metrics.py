@@ -7,7 +7,7 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -197,6 +197,9 @@ class Metrics:
             registry=r,
         )
         r.register(LogSinkCollector())
+        #: Backends' own metrics (the jwt backend's key fetches).
+        self.backend_collectors = BackendCollectors()
+        r.register(self.backend_collectors)
         self._children: dict[tuple[Any, ...], Any] = {}
         # The per-review pair, resolved once: this runs on every review.
         self._review_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -267,6 +270,37 @@ class Metrics:
     def breaker_transition(self, backend: str, old: str, new: str) -> None:
         self._child(self.breaker_transitions, backend, old, new).inc()
         self.set_breaker_state(backend, new)
+
+
+class BackendCollectors(Collector):
+    """The metrics backends export themselves, registered once per process.
+
+    Each backend name maps to the running generation's backend: a reload attaches the
+    new one, and closing the old one detaches it only if it is still the current one.
+    A backend's counters start again from zero after a reload (``rate()`` handles it).
+    """
+
+    def __init__(self) -> None:
+        self._current: dict[str, Collector] = {}
+
+    def attach(self, backend: str, collector: Collector) -> None:
+        self._current[backend] = collector
+
+    def detach(self, backend: str, collector: Collector) -> None:
+        if self._current.get(backend) is collector:
+            del self._current[backend]
+
+    def collect(self) -> Iterable[Metric]:
+        # Two backends of one kind export the same families: merge their samples.
+        families: dict[str, Metric] = {}
+        for collector in list(self._current.values()):
+            for family in collector.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    families[family.name] = family
+                else:
+                    merged.samples.extend(family.samples)
+        return list(families.values())
 
 
 class LogSinkCollector(Collector):

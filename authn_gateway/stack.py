@@ -86,6 +86,10 @@ def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
 
 
 def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    if not ctx.handle.backend.calls_idp_per_review:
+        # A local verifier (jwt): a crafted token must not count as the IdP failing.
+        # Its own IdP calls (key fetches) carry their own protection.
+        return inner
     s, name = ctx.settings.breaker, ctx.settings.name
     rate, slow = s.failure_rate, s.slow_calls
     breaker = ctx.stores.breaker(
@@ -112,7 +116,8 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
 
 def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     c, name = ctx.settings.concurrency, ctx.settings.name
-    if not c.enabled:
+    if not c.enabled or not ctx.handle.backend.calls_idp_per_review:
+        # A local verifier (jwt) has no IdP queue per review to protect.
         return inner
     # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
     # queue, so the fleet's total stays what one replica would keep.
@@ -136,6 +141,9 @@ def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
 
 
 def budget_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    if not ctx.handle.backend.calls_idp_per_review:
+        # Reviews make no IdP call; the backend pays the bucket per key fetch instead.
+        return inner
     return BudgetLayer(inner, ctx.handle.bucket, ctx.settings.bucket.max_wait_seconds, ctx.metrics)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from backends.settings import BackendSettings
 
@@ -30,7 +30,11 @@ from .config import RedisSettings
 from .keys import TokenHasher
 from .metrics import Metrics
 from .redis_link import RedisLink
+from .shared_blobs import RedisSharedBlobs
 from .tasks import Background
+
+if TYPE_CHECKING:
+    from backends.shared import SharedBlobs
 
 
 class Stores(Protocol):
@@ -56,6 +60,10 @@ class Stores(Protocol):
     def coalescer(
         self, backend: str, deadline: float, on_join: Callable[[], None]
     ) -> Coalescer: ...
+
+    def shared_blobs(self, backend: str) -> SharedBlobs | None:
+        """Values a backend shares with the fleet (jwt key sets); None without Redis."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -87,6 +95,9 @@ class MemoryStores:
     def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
         return LocalCoalescer(on_join)
 
+    def shared_blobs(self, backend: str) -> SharedBlobs | None:
+        return None  # one process: nothing to share
+
     async def start(self) -> None:
         return None
 
@@ -105,6 +116,7 @@ class RedisStores:
     ) -> None:
         self.settings = settings
         self.link = link or RedisLink(settings, metrics)
+        self._hasher = hasher
         self._background = Background()
         self._cache = TieredCacheStore(
             MemoryStore(max_entries), self.link, EntryCodec(hasher), metrics
@@ -154,6 +166,9 @@ class RedisStores:
         )
         self._breakers.add(fleet)
         return fleet
+
+    def shared_blobs(self, backend: str) -> SharedBlobs | None:
+        return RedisSharedBlobs(self.link, self._hasher, backend)
 
     def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
         wait = min(self.settings.coalesce_wait_seconds, deadline + 0.5)

@@ -21,7 +21,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from .shared import SharedBlobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +129,9 @@ class Backend(abc.ABC):
 
     #: Backend kind, e.g. "keystone"; used in metrics together with :attr:`name`.
     kind: str = "abstract"
+    #: False for backends that answer locally (jwt): the pipeline's per-review breaker
+    #: and outbound bucket then do not apply; such a backend protects its own IdP calls.
+    calls_idp_per_review: bool = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -133,6 +141,13 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
+
+    def share_with_fleet(self, blobs: SharedBlobs) -> None:  # noqa: B027 - optional hook
+        """Fleet mode: signed values this backend may share with the other replicas."""
+
+    def collector(self) -> Collector | None:
+        """The backend's own Prometheus metrics, registered with the gateway's."""
+        return None
 
     def could_accept(self, token: str) -> bool:
         """Cheap local check: False when the token can never belong to this IdP.
