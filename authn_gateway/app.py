@@ -25,6 +25,7 @@ from .audit import AuditLog
 from .breaker import Override
 from .callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
 from .gateway import Gateway
+from .internal_errors import internal_error
 from .pipeline import GATEWAY, Verdict
 from .reviewlog import ReviewLog
 from .tokenreview import (
@@ -164,10 +165,9 @@ class ReviewEndpoint:
         caller = caller_identity(scope)
         try:
             verdict = await self.pipeline.review(review.token, review.audiences, caller)
-        except Exception:
+        except Exception as exc:
             # Last line of defence: the answer rules never allow a 500.
-            log.exception("review pipeline failed")
-            verdict = Verdict(Unavailable("internal error"), GATEWAY)
+            verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
         outcome = verdict.outcome
         if isinstance(outcome, Authenticated):
             answer = "authenticated"

@@ -149,8 +149,10 @@ class Breaker:
         storage: pybreaker.CircuitBreakerStorage | None = None,
         on_transition: Callable[[str, str, str], None] | None = None,
         failure_rate: FailureRate | None = None,
+        max_hold: float = 300.0,
     ) -> None:
         self.name = name
+        self._max_hold = max_hold
         self._probes = probes
         self._failure_rate = failure_rate
         self._on_transition = on_transition
@@ -230,7 +232,19 @@ class Breaker:
             self._cb.open()
 
     def hold_open(self, seconds: float) -> None:
-        """Stay open for ``seconds`` (the IdP sent Retry-After), then probe as usual."""
+        """Stay open for ``seconds`` (the IdP sent Retry-After), then probe as usual.
+
+        At most ``max_hold`` seconds (breaker.max_retry_after_seconds): one answer, from
+        the IdP or whatever sits in front of it, must not shut a backend for years.
+        """
+        if seconds > self._max_hold:
+            log.warning(
+                "breaker %s: IdP asked for %.0fs; holding open for max_retry_after_seconds (%gs)",
+                self.name,
+                seconds,
+                self._max_hold,
+            )
+            seconds = self._max_hold
         if self._cb.current_state != OPEN:
             self._cb.open()
         # opened_at is set so that opened_at + reset_timeout is the time the IdP asked for.

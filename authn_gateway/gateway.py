@@ -101,6 +101,7 @@ class Gateway:
             self.state.breaker_storage(name),
             on_transition=self.metrics.breaker_transition,
             failure_rate=_failure_rate(settings),
+            max_hold=settings.breaker.max_retry_after_seconds,
         )
         self.state.watch_breaker(name, breaker.refresh)
         bucket = TokenBucket(

@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from backends.base import Outcome, Rejected
+
 from .breaker import STATES
 
 PREFIX = "authn_gateway"
@@ -69,6 +71,20 @@ class Metrics:
             "Latency of calls to an identity provider.",
             ["backend"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.backend_rejections = Counter(
+            f"{PREFIX}_backend_rejections",
+            "Rejections answered by backend calls, by cause: idp (the IdP refused the token), "
+            "unsendable (the protocol cannot carry the token), unmapped (the IdP's answer "
+            "lacks what the identity mapping needs).",
+            ["backend", "cause"],
+            registry=r,
+        )
+        self.internal_errors = Counter(
+            f"{PREFIX}_internal_errors",
+            "Reviews answered 'internal error' (a bug of ours), by where and exception type.",
+            ["where", "error"],
             registry=r,
         )
         self.backend_misconfigured = Counter(
@@ -172,6 +188,15 @@ class Metrics:
     def backend_call(self, backend: str, outcome: str, seconds: float) -> None:
         self._child(self.backend_calls, backend, outcome).inc()
         self._child(self.backend_latency, backend).observe(seconds)
+
+    def backend_outcome(self, backend: str, outcome: Outcome, seconds: float) -> None:
+        """One finished backend call: its outcome, latency and, for a rejection, its cause."""
+        self.backend_call(backend, type(outcome).__name__.lower(), seconds)
+        if isinstance(outcome, Rejected):
+            self._child(self.backend_rejections, backend, outcome.cause).inc()
+
+    def internal_error(self, where: str, error: str) -> None:
+        self._child(self.internal_errors, where, error).inc()
 
     def limiter_refusal(self, limiter: str, backend: str) -> None:
         self._child(self.limited, limiter, backend).inc()

@@ -28,6 +28,7 @@ from .breaker import Breaker
 from .bucket import InboundLimiter, TokenBucket
 from .cache import CacheEntry, ReviewCache
 from .coalesce import SingleFlight
+from .internal_errors import internal_error
 from .keys import TokenHasher
 from .metrics import Metrics
 from .prerejection import prerejection_reason
@@ -121,8 +122,8 @@ class GuardedBackend:
             self.metrics.limiter_refusal("outbound", self.name)
             return self._fallback(known, Unavailable("outbound rate limit reached"))
         outcome = await self._call(token)
-        if isinstance(outcome, Unavailable) and outcome.held_back:
-            self.breaker.release(ticket)  # our own budget said no; the IdP is not at fault
+        if isinstance(outcome, Unavailable) and not outcome.blames_idp:
+            self.breaker.release(ticket)  # our own budget said no, or our own bug
         else:
             self.breaker.record(ticket, outcome)
         if isinstance(outcome, Unavailable):
@@ -140,12 +141,10 @@ class GuardedBackend:
                 outcome = await self.backend.authenticate(token)
         except TimeoutError:
             outcome = Unavailable(f"no answer within {self.call_deadline:g}s")
-        except Exception:
-            # A bug in a backend must not become a 500 or an "invalid token".
-            log.exception("backend %s raised; answering unavailable", self.name)
-            outcome = Unavailable("internal error")
-        kind = type(outcome).__name__.lower()
-        self.metrics.backend_call(self.name, kind, time.perf_counter() - started)
+        except Exception as exc:
+            # A bug of ours: not a 500, not an "invalid token", not the IdP's fault.
+            outcome = internal_error(self.name, exc, self.metrics)
+        self.metrics.backend_outcome(self.name, outcome, time.perf_counter() - started)
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
             self.metrics.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)

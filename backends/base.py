@@ -9,6 +9,14 @@ layer in front of it depends on that split, so it lives in the types:
 * :class:`Unavailable`   - the IdP could not answer (never cached, counted by the
   breaker, answered with ``status.error`` so kube-apiserver does not cache it).
 
+Only the IdP's own health counts against its breaker: connection failures, timeouts,
+5xx, 429 and bodies it cannot have meant. Nothing a client controls may count. So a
+token the protocol cannot carry (not ASCII for an HTTP header, a password SASLprep
+refuses) is a :class:`Rejected` with ``cause="unsendable"``: such a token cannot be
+valid. An IdP answer that lacks what the mapping needs (no username claim) is a
+:class:`Rejected` with ``cause="unmapped"``. A bug of ours is an
+``Unavailable(internal=True)``, which the breaker ignores.
+
 Backends translate every library exception into one of these at their edge;
 nothing further in guesses from exception text.
 """
@@ -18,7 +26,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
+
+#: Why a backend refused: the IdP's verdict on the token ("idp"), a token the protocol
+#: cannot carry ("unsendable"), or an IdP answer that lacks what the identity mapping
+#: needs ("unmapped"). A metric label, so the set is closed.
+RejectionCause = Literal["idp", "unsendable", "unmapped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,7 @@ class Authenticated:
 class Rejected:
     # For logs only; kube-apiserver gets a bare "authenticated: false".
     reason: str
+    cause: RejectionCause = "idp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +74,14 @@ class Unavailable:
     # The gateway held the call back itself (its own call budget); the IdP was not
     # asked, so this says nothing about its health and the breaker ignores it.
     held_back: bool = False
+    # A bug of ours (an unexpected exception): the IdP did nothing wrong, so the
+    # breaker ignores it too.
+    internal: bool = False
+
+    @property
+    def blames_idp(self) -> bool:
+        """Whether this answer counts against the IdP's breaker."""
+        return not (self.held_back or self.internal)
 
 
 Outcome = Authenticated | Rejected | Unavailable
