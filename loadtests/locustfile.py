@@ -4,7 +4,8 @@ Each user is one kube-apiserver connection: ``POST /authenticate?timeout=30s`` w
 TokenReview (v1 or v1beta1) over one keep-alive connection, retrying the way
 kube-apiserver's webhook client does (:class:`Retrier`). Tokens come from populations
 (:class:`Tokens`): a hot set of valid tokens, a long tail of cold valid ones,
-invalid ones and Kubernetes service-account JWTs.
+invalid ones, Kubernetes service-account JWTs, and junk: a never-repeated random token
+per review, some of them not ASCII (an attacker's flood).
 
 Every HTTP attempt is a locust request named ``attempt``; every finished review is a
 ``REVIEW`` event named for its answer (authenticated, rejected, unavailable,
@@ -16,7 +17,7 @@ Configured by environment variables, because locust owns the command line:
 =========================  ====================================================
 ``LOADTEST_HOSTS``         comma-separated gateway URLs; user *i* uses host i % n
 ``LOADTEST_TOKENS``        ``idp`` (fake IdP), ``keystone`` or ``gitlab``
-``LOADTEST_MIX``           e.g. ``hot=0.85,cold=0.05,invalid=0.05,sa=0.05``
+``LOADTEST_MIX``           e.g. ``hot=0.85,cold=0.05,invalid=0.05,sa=0.05,junk=0``
 ``LOADTEST_HOT``           size of the hot set (200)
 ``LOADTEST_COLD``          size of the cold population (1,000,000)
 ``LOADTEST_RATE``          reviews per second per user (constant throughput, 10)
@@ -185,6 +186,8 @@ class Tokens:
     valid: Callable[[str, int], str]
     invalid: Callable[[int], str]
     mix: dict[str, float]
+    # Junk tokens start with this: the IdP's own syntax, so they cost it a call.
+    junk_prefix: str = "junk-"
     hot: int = 200
     cold: int = 1_000_000
     invalid_count: int = 50
@@ -217,21 +220,34 @@ class Tokens:
             return kind, self.valid(f"cold{n}", n), None
         if kind == "invalid":
             return kind, self.rng.choice(self._invalid), None
+        if kind == "junk":
+            return kind, self.junk(), None
         return "sa", self.rng.choice(self._sa), None
+
+    def junk(self) -> str:
+        """A token never sent before; one in four is not ASCII (U+FFFD, as kube-apiserver
+        passes on bytes that were not UTF-8)."""
+        tail = f"{self.rng.getrandbits(80):020x}"
+        if self.rng.random() < 0.25:
+            tail = tail[:10] + "\ufffd" + tail[10:]
+        return self.junk_prefix + tail
+
+
+POPULATIONS = ("hot", "cold", "invalid", "sa", "junk")
 
 
 def parse_mix(text: str) -> dict[str, float]:
     mix: dict[str, float] = {}
     for part in text.split(","):
         name, _, weight = part.partition("=")
-        if name.strip() not in ("hot", "cold", "invalid", "sa"):
+        if name.strip() not in POPULATIONS:
             raise ValueError(f"LOADTEST_MIX: unknown population {name.strip()!r}")
         mix[name.strip()] = float(weight)
     return mix
 
 
 def idp_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
-    return Tokens(lambda name, n: f"good-{name}", lambda i: f"bad-{i:08d}", mix, hot, cold)
+    return Tokens(lambda name, n: f"good-{name}", lambda i: f"bad-{i:08d}", mix, "junk-", hot, cold)
 
 
 def keystone_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
@@ -242,7 +258,7 @@ def keystone_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
         good = mint_token(f"gone{i}", nonce=i)
         return good[:-8] + ("A" if good[-8] != "A" else "B") + good[-7:]
 
-    return Tokens(lambda name, n: mint_token(name, nonce=n), invalid, mix, hot, cold)
+    return Tokens(lambda name, n: mint_token(name, nonce=n), invalid, mix, "gAAAAAjunk", hot, cold)
 
 
 #: Users in the fake GitLab's synthetic seed (``--synthetic-users``); tokens outside it
@@ -260,7 +276,7 @@ def gitlab_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
             i = hot + n % max(1, GITLAB_USERS - hot)
         return f"glpat-load-{i + 1:08d}-fake"
 
-    return Tokens(valid, lambda i: f"glpat-gone-{i:08d}-fake", mix, hot, cold)
+    return Tokens(valid, lambda i: f"glpat-gone-{i:08d}-fake", mix, "glpat-junk-", hot, cold)
 
 
 TOKEN_KINDS = {"idp": idp_tokens, "keystone": keystone_tokens, "gitlab": gitlab_tokens}
@@ -296,6 +312,10 @@ class Second:
     answers: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     reauths: int = 0
+    # population -> answer -> reviews, so "known users served" can be told apart.
+    populations: defaultdict[str, Counter[str]] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )
 
 
 class Timeline:
@@ -310,9 +330,11 @@ class Timeline:
         s.attempts += 1
         s.statuses[str(status)] += 1
 
-    def review(self, answer: str, ms: float) -> None:
+    def review(self, answer: str, ms: float, population: str = "") -> None:
         s = self.seconds[int(time.time())]
         s.answers[answer] += 1
+        if population:
+            s.populations[population][answer] += 1
         s.latencies.append(ms)
         self.max_ms = max(self.max_ms, ms)
         if ms > self.deadline_ms:
@@ -335,6 +357,7 @@ class Timeline:
                     "p50_ms": _pct(lat, 0.50),
                     "p99_ms": _pct(lat, 0.99),
                     "reauths": s.reauths,
+                    "populations": {k: dict(v) for k, v in s.populations.items()},
                 }
             )
         all_lat = sorted(x for s in self.seconds.values() for x in s.latencies)
@@ -412,7 +435,7 @@ if __name__ == "locustfile":
         def review(self) -> None:
             population, token, hot_index = _TOKENS.draw()
             api_version = V1BETA1 if random.random() < _V1BETA1 else V1
-            answer = self.review_once(token, api_version)
+            answer = self.review_once(token, api_version, population)
             if (
                 self.keystone is not None
                 and population in ("hot", "cold")
@@ -420,7 +443,7 @@ if __name__ == "locustfile":
             ):
                 self.reauthenticate(population, hot_index)
 
-        def review_once(self, token: str, api_version: str) -> str:
+        def review_once(self, token: str, api_version: str, population: str = "") -> str:
             body = json.dumps(review_body(token, api_version))
             started = time.perf_counter()
             result, attempts = call_with_retries(
@@ -429,7 +452,7 @@ if __name__ == "locustfile":
             ms = (time.perf_counter() - started) * 1000
             status = result.status
             answer = "conn_error" if status is None else classify(status, result.body)
-            _TIMELINE.review(answer, ms)
+            _TIMELINE.review(answer, ms, population)
             self.environment.events.request.fire(
                 request_type="REVIEW",
                 name=answer,
