@@ -1,7 +1,7 @@
 """Bugs of ours: answered as errors that blame no IdP, reported without secrets.
 
 An exception that escapes a backend (or the review path itself) is never the IdP's
-doing, so the answer is ``Unavailable(internal=True)``: an error for kube-apiserver
+doing, so the answer is :class:`~backends.base.InternalError`: an error for kube-apiserver
 (not cached, not "invalid token"), served stale for known users, and ignored by the
 breaker, so no input can open it for everyone.
 
@@ -19,7 +19,7 @@ import logging
 import traceback
 from typing import Protocol
 
-from backends.base import Unavailable
+from backends.base import InternalError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _raised_at(exc: BaseException) -> str:
     return f"{last.filename}:{last.lineno}"
 
 
-def internal_error(where: str, exc: BaseException, metrics: InternalErrorCounter) -> Unavailable:
+def internal_error(where: str, exc: BaseException, metrics: InternalErrorCounter) -> InternalError:
     """The answer for an unexpected exception in ``where`` (a backend name, or "gateway")."""
     error = type(exc).__name__
     metrics.internal_error(where, error)
@@ -60,4 +60,4 @@ def internal_error(where: str, exc: BaseException, metrics: InternalErrorCounter
             kind[2],
             stack.rstrip(),
         )
-    return Unavailable("internal error", internal=True)
+    return InternalError("internal error")

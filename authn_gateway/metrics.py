@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from backends.base import Outcome, Rejected
 
-from .breaker import STATES
+from .breaker.machine import STATES
 
 PREFIX = "authn_gateway"
 

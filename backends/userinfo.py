@@ -18,9 +18,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field
 
-from authn_gateway.settings import BackendSettings
-
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from .budget import UNLIMITED, CallBudget
 from .http import (
     PoolSettings,
     TLSClientSettings,
@@ -30,8 +29,11 @@ from .http import (
     transport_failure,
     unsendable,
 )
+from .registry import register
+from .settings import BackendSettings
 
 
+@register
 class UserinfoSettings(BackendSettings):
     type: Literal["userinfo"]
     url: str = Field(pattern=r"^https?://")
@@ -45,7 +47,7 @@ class UserinfoSettings(BackendSettings):
     tls: TLSClientSettings = Field(default_factory=TLSClientSettings)
     pool: PoolSettings = Field(default_factory=PoolSettings)
 
-    def build(self) -> Backend:
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
         return UserinfoBackend(self)
 
 

@@ -25,14 +25,22 @@ import yaml
 from authn_gateway.breaker import Breaker, LocalProbePermits
 from authn_gateway.config import parse_config
 from authn_gateway.gateway import Gateway
-from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from backends.base import (
+    Authenticated,
+    Backend,
+    InternalError,
+    Outcome,
+    Rejected,
+    Unavailable,
+    UserInfo,
+)
 from backends.http import retry_after_seconds
 from backends.ldap import Credentials, LDAPBackend, LDAPSettings
 from backends.userinfo import UserinfoBackend, UserinfoSettings
-from loadtests.fakes.gitlab import FakeGitLab
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.fakes.gitlab import FakeGitLab
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.slapd import PEOPLE, SERVICE_DN, SERVICE_PASSWORD, Slapd, make_ca, start_slapd
 from tests.test_gitlab import ALICE, FRANK, add_token, gitlab_backend, oauth, seed
@@ -507,18 +515,18 @@ async def test_a_bug_of_ours_is_an_error_that_never_opens_the_breaker(
             }
         ]
     }
-    gw = Gateway(parse_config(yaml.safe_dump(config), "test.yaml"))
-    guarded = gw.pipeline.backends["buggy"]
     backend = Buggy("buggy")
-    guarded.backend = backend
+    gw = Gateway(parse_config(yaml.safe_dump(config), "test.yaml"), backends=[backend])
+    stack = gw.pipeline.backends["buggy"]
+    assert stack.breaker is not None
     assert isinstance((await gw.pipeline.review("good-known", (), "c")).outcome, Authenticated)
 
     caplog.set_level("ERROR")
     secrets = [f"bug-secret-{i}" for i in range(10)] + [f"bug-sécret-{i}" for i in range(10)]
     for token in secrets:
         verdict = await gw.pipeline.review(token, (), "c")
-        assert verdict.outcome == Unavailable("internal error", internal=True)
-    assert guarded.breaker.state == "closed"
+        assert verdict.outcome == InternalError("internal error")
+    assert stack.breaker.state == "closed"
     errors = gw.metrics.internal_errors
     assert errors.labels("buggy", "KeyError")._value.get() == 10
     assert errors.labels("buggy", "UnicodeEncodeError")._value.get() == 10
