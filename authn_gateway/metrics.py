@@ -151,6 +151,12 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.cache_negatives_unshared = Counter(
+            f"{PREFIX}_cache_negatives_unshared",
+            "Refusals kept out of Redis because this minute's fleet-wide budget "
+            "(cache.max_negative_entries) was spent: a flood of invalid tokens.",
+            registry=r,
+        )
         self.cache_tampered_entries = Counter(
             f"{PREFIX}_cache_tampered_entries",
             "Shared-cache entries ignored because their signature did not verify.",

@@ -154,6 +154,10 @@ class Backend(abc.ABC):
 
     #: Backend kind, e.g. "keystone"; used in metrics together with :attr:`name`.
     kind: str = "abstract"
+    #: Whether answering calls a remote IdP. A backend that does not (static tokens)
+    #: gets no cache, breaker or bucket: they would protect nothing, and anyone could
+    #: empty its bucket or keep a removed token alive in its cache.
+    remote: bool = True
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -94,6 +94,9 @@ def parse_token_file(text: str, source: str) -> list[tuple[str, UserInfo]]:
 
 class StaticBackend(Backend):
     kind = "static"
+    # A table lookup: no cache, breaker or bucket in front (see Backend.remote), so an
+    # edit to the file takes effect at the next reload, removals and additions alike.
+    remote = False
 
     def __init__(self, settings: StaticSettings) -> None:
         super().__init__(settings.name)

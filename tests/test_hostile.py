@@ -20,11 +20,17 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as redis
 import yaml
 
 from authn_gateway.breaker import Breaker, LocalProbePermits
-from authn_gateway.config import parse_config
+from authn_gateway.cache.memory import MemoryStore
+from authn_gateway.cache.policy import CacheEntry
+from authn_gateway.config import RedisSettings, parse_config
 from authn_gateway.gateway import Gateway
+from authn_gateway.keys import TokenHasher
+from authn_gateway.metrics import Metrics
+from authn_gateway.stores import RedisStores
 from backends.base import (
     Authenticated,
     Backend,
@@ -41,7 +47,9 @@ from tests.conftest import userinfo_backend
 from tests.support import loadclient
 from tests.support.fakes.gitlab import FakeGitLab
 from tests.support.fakes.idp import FakeIdP
+from tests.support.fakes.keystone import FakeKeystone, mint_token
 from tests.support.procs import GatewayProcess, metric_value
+from tests.support.redis_server import RedisServer
 from tests.support.slapd import PEOPLE, SERVICE_DN, SERVICE_PASSWORD, Slapd, make_ca, start_slapd
 from tests.test_gitlab import ALICE, FRANK, add_token, gitlab_backend, oauth, seed
 
@@ -603,3 +611,257 @@ async def test_the_breaker_holds_open_no_longer_than_max_retry_after() -> None:
     assert await breaker.admit() is None
     await asyncio.sleep(0.3)
     assert await breaker.admit() is not None
+
+
+# --- floods cannot evict known users -------------------------------------------------
+
+
+def cached(outcome: Authenticated | Rejected, ttl: float = 60) -> CacheEntry:
+    now = time.time()
+    return CacheEntry(outcome, now + ttl, now + ttl * 2)
+
+
+def test_refusals_never_push_identities_out_of_the_memory_store() -> None:
+    store = MemoryStore(max_entries=3, max_negative_entries=2)
+    for name in ("a", "b", "c"):
+        store.put_now(name.encode() * 32, cached(Authenticated(UserInfo(name))))
+    for i in range(1000):
+        store.put_now(i.to_bytes(32, "big"), cached(Rejected("no")))
+    now = time.time()
+    assert all(store.get_now(n.encode() * 32, now) is not None for n in "abc")
+    assert len(store) == 5  # three identities, the two newest refusals
+    # Only a newer identity pushes out the least recently used one.
+    store.put_now(b"d" * 32, cached(Authenticated(UserInfo("d"))))
+    assert store.get_now(b"a" * 32, now) is None
+    # A refusal of the same token replaces its identity (the IdP revoked it).
+    store.put_now(b"b" * 32, cached(Rejected("revoked")))
+    entry = store.get_now(b"b" * 32, now)
+    assert entry is not None and not entry.positive
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+async def test_redis_takes_a_bounded_number_of_refusals_and_every_identity(
+    redis_server: RedisServer,
+) -> None:
+    prefix = f"t{time.monotonic_ns()}"
+    metrics = Metrics()
+    fleet = RedisStores(
+        RedisSettings(url=redis_server.url, key_prefix=prefix),
+        TokenHasher(b"k"),
+        metrics,
+        100,
+        max_negative_entries=5,
+    )
+    await fleet.start()
+    try:
+        store = fleet.cache_store()
+        await store.put(b"a" * 32, cached(Authenticated(UserInfo("alice")), ttl=600))
+        for i in range(20):
+            await store.put(i.to_bytes(32, "big"), cached(Rejected("no"), ttl=600))
+        await store.put(b"b" * 32, cached(Authenticated(UserInfo("bob")), ttl=600))
+        client = redis.Redis.from_url(redis_server.url)
+        keys = [k async for k in client.scan_iter(f"{prefix}:cache:*")]
+        ttls = {k: await client.ttl(k) for k in keys}
+        await client.aclose()
+        # Two identities and five refusals; refusals live a minute at most in Redis.
+        assert len(keys) == 7
+        assert sorted(ttls.values())[:5] == [60] * 5
+        assert metrics.cache_negatives_unshared._value.get() == 15
+        for key in (b"a" * 32, b"b" * 32):
+            shared = await store.get_shared(key)
+            assert shared is not None and shared.positive
+    finally:
+        await fleet.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+async def test_a_flood_of_random_tokens_never_evicts_a_known_user(
+    fake_idp: FakeIdP, gateway_factory: Start, redis_server: RedisServer, shared: bool
+) -> None:
+    config: dict[str, Any] = {
+        # Room for 50 identities: the flood is forty times that.
+        "cache": {"max_entries": 50, "max_negative_entries": 200},
+        "inbound_limit": {"enabled": False},
+        "backends": [
+            userinfo_backend(
+                fake_idp,
+                cache=SHORT_CACHE,
+                # A loaded 2-core machine can be slow to answer 2,000 calls; that is not
+                # what this test is about.
+                timeouts={"connect_seconds": 1, "read_seconds": 3, "total_seconds": 3},
+                breaker={"fail_max": 50, "reset_timeout_seconds": 1.0},
+            )
+        ],
+    }
+    if shared:
+        config["redis"] = {"url": redis_server.url, "key_prefix": f"flood{time.monotonic_ns()}"}
+        config["secret"] = "flood-test-secret-0123456789abcdef"
+    gw = gateway_factory(config)
+    assert status(gw, "good-known")["authenticated"] is True
+    fake_idp.reset_stats()
+    junk = [f"junk-{uuid.uuid4().hex}" for _ in range(2000)]
+    answers = await storm(gw, junk)
+    assert all(a == {"authenticated": False} for a in answers)
+    # Every junk token was a real refusal from the IdP, cached as one.
+    assert fake_idp.stats().by_status == {401: 2000}
+    assert_still_serving(
+        gw,
+        "idp",
+        lambda: fake_idp.calls,
+        ("good-newcomer", "newcomer"),
+        ("good-known", "known"),
+        userinfo_outage(fake_idp),
+    )
+
+
+# --- junk cannot fail cached users through the inbound limit -------------------------
+
+
+async def test_junk_at_the_inbound_ceiling_never_fails_a_cached_user(
+    fake_idp: FakeIdP, gateway_factory: Start
+) -> None:
+    # kube-apiserver is one caller (here 127.0.0.1) for junk and known users alike.
+    gw = gateway_factory(
+        {
+            "inbound_limit": {"rate": 20, "burst": 20},
+            "backends": [userinfo_backend(fake_idp, cache=SHORT_CACHE)],
+        }
+    )
+    assert status(gw, "good-known")["authenticated"] is True
+    time.sleep(1.0)  # the caller's bucket refills
+    fake_idp.reset_stats()
+    junk = [f"junk-{uuid.uuid4().hex}" for _ in range(400)]
+    tokens = [t for pair in zip(junk, ["good-known"] * 400, strict=True) for t in pair]
+    answers = await storm(gw, tokens)
+    known = [a for t, a in zip(tokens, answers, strict=True) if t == "good-known"]
+    refused = [a for t, a in zip(tokens, answers, strict=True) if t != "good-known"]
+    assert all(a["authenticated"] and a["user"]["username"] == "known" for a in known)
+    over = [a for a in refused if a.get("error") == "idp: caller exceeded its review rate"]
+    assert len(over) > 300
+    # Only the junk the caller's rate allowed reached the IdP (plus, maybe, the known
+    # user's refresh once its 1 s TTL ran out).
+    assert fake_idp.stats().by_status.get(401, 0) == len(refused) - len(over) < 100
+    # A known user whose entry went stale mid-storm may be refused a refresh too: it
+    # is then served stale, as above, so at least the junk's refusals are counted.
+    assert metric(gw, "authn_gateway_limiter_refusals_total", limiter="inbound") >= len(over)
+    time.sleep(1.1)
+    assert_still_serving(
+        gw,
+        "idp",
+        lambda: fake_idp.calls,
+        ("good-newcomer", "newcomer"),
+        ("good-known", "known"),
+        userinfo_outage(fake_idp),
+    )
+
+
+# --- Keystone -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def keystone() -> Iterator[FakeKeystone]:
+    fake = FakeKeystone().start_in_thread()
+    yield fake
+    fake.stop()
+
+
+@pytest.mark.parametrize("precheck", [False, True], ids=["any-token", "fernet-precheck"])
+async def test_non_ascii_keystone_tokens_are_refused_without_a_validation(
+    keystone: FakeKeystone, gateway_factory: Start, precheck: bool
+) -> None:
+    backend = {
+        "name": "keystone",
+        "type": "keystone",
+        "auth_url": f"http://127.0.0.1:{keystone.port}/v3",
+        "service": {
+            "username": "authn-gateway",
+            "password": "GatewayPass123",
+            "system_scope": "all",
+        },
+        "fernet_precheck": precheck,
+        "timeouts": {"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.5},
+        "cache": SHORT_CACHE,
+        "breaker": {"fail_max": 3, "reset_timeout_seconds": 1.0},
+        "bucket": {"rate": 1000, "burst": 1000},
+    }
+    gw = gateway_factory({"backends": [backend]})
+    known = mint_token("known")
+    assert status(gw, known)["user"]["username"] == "known"
+    validations = keystone.counts["validate"]
+    # Fernet-shaped tokens with one character kube-apiserver could pass on.
+    good = mint_token("attacker")
+    tokens = [good[:40] + c + good[41:] for c in ("é", "\ufffd", "\u0663", "✓")] * 10
+    answers = await storm(gw, tokens)
+    assert all(a == {"authenticated": False} for a in answers)
+    assert keystone.counts["validate"] == validations
+    assert breaker_state(gw, "keystone") == "closed"
+    assert_clean_logs(gw, *tokens)
+    assert_still_serving(
+        gw,
+        "keystone",
+        lambda: keystone.counts["validate"],
+        (mint_token("newcomer"), "newcomer"),
+        (known, "known"),
+        lambda: keystone.configure(refuse=True),
+    )
+
+
+# --- the static backend needs no IdP: nothing may lock it out ------------------------
+
+
+def write_tokens(path: Path, *rows: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{row}\n" for row in rows))
+    tmp.replace(path)  # the way a ConfigMap update lands: one rename
+
+
+@pytest.fixture
+def static_gw(gateway_factory: Start, tmp_path: Path) -> tuple[GatewayProcess, Path]:
+    tokens = tmp_path / "tokens.csv"
+    write_tokens(tokens, "break-glass-0123456789,admin,0,system:masters")
+    backend = {
+        "name": "static",
+        "type": "static",
+        "file": str(tokens),
+        "reload_interval_seconds": 0.2,
+        # Were any of these in front of it, 300 random tokens would lock it out.
+        "bucket": {"rate": 1, "burst": 1},
+        "breaker": {"fail_max": 1, "reset_timeout_seconds": 60},
+        "cache": {"positive_ttl_seconds": 300, "negative_ttl_seconds": 300},
+    }
+    return gateway_factory({"backends": [backend]}), tokens
+
+
+async def test_random_tokens_never_lock_out_a_static_token(
+    static_gw: tuple[GatewayProcess, Path],
+) -> None:
+    gw, _ = static_gw
+    answers = await storm(gw, [f"random-{uuid.uuid4().hex}" for _ in range(300)])
+    assert all(a == {"authenticated": False} for a in answers)
+    answer = status(gw, "break-glass-0123456789")
+    assert answer["authenticated"] is True and answer["user"]["username"] == "admin"
+    assert metric(gw, "authn_gateway_limiter_refusals_total") == 0
+    assert metric(gw, "authn_gateway_cache_lookups_total", backend="static") == 0
+    assert_clean_logs(gw)
+
+
+async def test_token_file_edits_take_effect_at_the_next_reload(
+    static_gw: tuple[GatewayProcess, Path],
+) -> None:
+    gw, tokens = static_gw
+    assert status(gw, "break-glass-0123456789")["authenticated"] is True
+    assert status(gw, "newly-added-0123456789") == {"authenticated": False}
+    write_tokens(tokens, "newly-added-0123456789,ops,1")
+    deadline = time.monotonic() + 5
+    while "reloaded 1 tokens" not in gw.logs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # Removed: refused at once, not after a positive TTL. Added: accepted at once, not
+    # after a negative TTL.
+    assert status(gw, "break-glass-0123456789") == {"authenticated": False}
+    assert status(gw, "newly-added-0123456789")["user"]["username"] == "ops"
