@@ -488,6 +488,13 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
             ],
         )
         add("  target", [f"{100 * scenario.known_served_target:.0f} %"] * len(results))
+        add(
+            "limiter refusals",
+            [
+                int(r.samples[-1].refusals - r.samples[0].refusals) if r.samples else 0
+                for r in results
+            ],
+        )
     add("IdP calls", [r.idp_calls for r in results])
     if scenario.reauth:
         add(

@@ -137,7 +137,8 @@ SCENARIOS: dict[str, Scenario] = {
             # One caller (kube-apiserver) for everyone, at its inbound ceiling; a cache
             # with room for the known users, not for the junk as well.
             gateway={
-                "inbound_limit": {"rate": 350, "burst": 350},
+                # Below the junk rate alone, so the ceiling binds on any machine.
+                "inbound_limit": {"rate": 150, "burst": 150},
                 "cache": {"max_entries": 2000},
             },
             known_served_target=0.99,
