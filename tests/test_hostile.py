@@ -156,8 +156,15 @@ def userinfo_gw(fake_idp: FakeIdP, gateway_factory: Start) -> GatewayProcess:
     return gw
 
 
-def userinfo_outage(idp: FakeIdP) -> Callable[[], None]:
-    return lambda: idp.configure(refuse=True)
+def userinfo_still_serving(gw: GatewayProcess, idp: FakeIdP) -> None:
+    assert_still_serving(
+        gw,
+        "idp",
+        lambda: idp.calls,
+        ("good-newcomer", "newcomer"),
+        ("good-known", "known"),
+        lambda: idp.configure(refuse=True),
+    )
 
 
 async def test_non_ascii_tokens_are_refused_without_a_call_and_never_open_the_breaker(
@@ -169,14 +176,7 @@ async def test_non_ascii_tokens_are_refused_without_a_call_and_never_open_the_br
     assert fake_idp.calls == 0
     assert breaker_state(userinfo_gw, "idp") == "closed"
     assert_clean_logs(userinfo_gw, *NON_ASCII)
-    assert_still_serving(
-        userinfo_gw,
-        "idp",
-        lambda: fake_idp.calls,
-        ("good-newcomer", "newcomer"),
-        ("good-known", "known"),
-        userinfo_outage(fake_idp),
-    )
+    userinfo_still_serving(userinfo_gw, fake_idp)
 
 
 async def test_userinfo_backend_refuses_an_unsendable_token_at_its_edge(fake_idp: FakeIdP) -> None:
@@ -210,14 +210,7 @@ async def test_answers_without_a_username_are_refusals_that_never_open_the_break
     )
     assert_clean_logs(userinfo_gw, "nameless-")
     assert "no 'preferred_username' claim (username_claim)" in userinfo_gw.logs()
-    assert_still_serving(
-        userinfo_gw,
-        "idp",
-        lambda: fake_idp.calls,
-        ("good-newcomer", "newcomer"),
-        ("good-known", "known"),
-        userinfo_outage(fake_idp),
-    )
+    userinfo_still_serving(userinfo_gw, fake_idp)
 
 
 @pytest.mark.parametrize("value", ["1e20", "-5", "soon", "30.5"])
@@ -233,14 +226,7 @@ async def test_a_retry_after_that_does_not_parse_is_ignored_with_a_warning(
     assert "Retry-After that is neither delay-seconds nor an HTTP date" in userinfo_gw.logs()
     fake_idp.configure(status=None, retry_after=None)
     assert_clean_logs(userinfo_gw)
-    assert_still_serving(
-        userinfo_gw,
-        "idp",
-        lambda: fake_idp.calls,
-        ("good-newcomer", "newcomer"),
-        ("good-known", "known"),
-        userinfo_outage(fake_idp),
-    )
+    userinfo_still_serving(userinfo_gw, fake_idp)
 
 
 @pytest.mark.parametrize("value", ["315360000", "Fri, 01 Jan 2100 00:00:00 GMT"])
@@ -261,14 +247,7 @@ async def test_a_retry_after_of_years_holds_the_breaker_no_longer_than_the_cap(
     time.sleep(0.6)
     assert "holding open for max_retry_after_seconds (1.5s)" in userinfo_gw.logs()
     assert_clean_logs(userinfo_gw)
-    assert_still_serving(
-        userinfo_gw,
-        "idp",
-        lambda: fake_idp.calls,
-        ("good-newcomer", "newcomer"),
-        ("good-known", "known"),
-        userinfo_outage(fake_idp),
-    )
+    userinfo_still_serving(userinfo_gw, fake_idp)
 
 
 # --- GitLab -------------------------------------------------------------------------
@@ -710,14 +689,7 @@ async def test_a_flood_of_random_tokens_never_evicts_a_known_user(
     assert all(a == {"authenticated": False} for a in answers)
     # Every junk token was a real refusal from the IdP, cached as one.
     assert fake_idp.stats().by_status == {401: 2000}
-    assert_still_serving(
-        gw,
-        "idp",
-        lambda: fake_idp.calls,
-        ("good-newcomer", "newcomer"),
-        ("good-known", "known"),
-        userinfo_outage(fake_idp),
-    )
+    userinfo_still_serving(gw, fake_idp)
 
 
 # --- junk cannot fail cached users through the inbound limit -------------------------
@@ -751,14 +723,7 @@ async def test_junk_at_the_inbound_ceiling_never_fails_a_cached_user(
     # is then served stale, as above, so at least the junk's refusals are counted.
     assert metric(gw, "authn_gateway_limiter_refusals_total", limiter="inbound") >= len(over)
     time.sleep(1.1)
-    assert_still_serving(
-        gw,
-        "idp",
-        lambda: fake_idp.calls,
-        ("good-newcomer", "newcomer"),
-        ("good-known", "known"),
-        userinfo_outage(fake_idp),
-    )
+    userinfo_still_serving(gw, fake_idp)
 
 
 # --- Keystone -----------------------------------------------------------------------
