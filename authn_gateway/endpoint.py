@@ -20,7 +20,7 @@ from .gateway import Gateway
 from .internal_errors import internal_error
 from .pipeline import GATEWAY
 from .reviewlog import ReviewLog
-from .tokenreview import BadReview, parse_review, render_bad_request, render_verdict
+from .tokenreview import BadReview, parse_review, render_error, render_verdict
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,8 @@ class ReviewEndpoint:
         self.review_log = review_log
         self.callers = CallerAuth(gateway.config.server)
         audit_to = gateway.config.server.audit_log
-        self.audit_log = AuditLog(audit_to) if audit_to else None
+        queue_lines = gateway.config.logging.audit_queue_lines
+        self.audit_log = AuditLog(audit_to, queue_lines) if audit_to else None
         # Reviews running now; a config reload closes the old gateway once this is 0.
         self.in_flight = 0
 
@@ -196,4 +197,4 @@ class ReviewEndpoint:
         self, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
         self.metrics.bad_requests.labels(str(status)).inc()
-        await _send(send, status, render_bad_request(message), extra)
+        await _send(send, status, render_error(status, message), extra)

@@ -14,6 +14,7 @@ from .config import SECRET_ENV, ConfigError, GatewayConfig
 from .keys import TokenHasher
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .readiness import ReadinessGate
 from .routing import Audiences, PrefixRule, Router, chain_of
 from .stack import BackendStack, build_stack, outbound_bucket
 from .stores import MemoryStores, Stores
@@ -72,6 +73,13 @@ class Gateway:
             self.metrics,
         )
         self.ready = False
+        self.readiness = ReadinessGate(
+            [
+                (b, s.timeouts.total_seconds)
+                for s, b in zip(config.backends, self.backends, strict=True)
+            ],
+            config.readiness.cold_start_grace_seconds,
+        )
 
     def _stores_for(self, config: GatewayConfig) -> Stores:
         if config.redis is None:
@@ -124,6 +132,7 @@ class Gateway:
 
     async def close(self) -> None:
         self.ready = False
+        self.readiness.close()
         for backend in self.backends:
             try:
                 await backend.close()

@@ -23,6 +23,10 @@ RESTART_ONLY = (
     "workers",
     "max_header_bytes",
     "max_headers",
+    "max_connections",
+    "header_timeout_seconds",
+    "body_timeout_seconds",
+    "drain_idle_seconds",
     "graceful_shutdown_seconds",
 )
 
@@ -83,7 +87,7 @@ class Reloader:
                 return False
             old = self.app.swap(generation)
             self.running = new
-            configure_logging(new.logging.level, new.logging.format)
+            configure_logging(new.logging.level, new.logging.format, new.logging.queue_lines)
             log.info("config reloaded from %s", where)
         await old.drain(new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
         await old.close()

@@ -3,6 +3,7 @@ itself: ports, paths, selectors, the webhook kubeconfig and the kubeadm patch.""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -63,7 +64,7 @@ def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-@pytest.mark.parametrize("directory", ["base", "overlays/redis"])
+@pytest.mark.parametrize("directory", ["base", "overlays/redis", "overlays/redis-sentinel"])
 def test_manifests_render_to_kubernetes_objects(directory: str) -> None:
     docs = render(directory)
     assert docs
@@ -196,19 +197,119 @@ def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:
     assert {k: v for k, v in config.items() if k != "redis"} == base
 
 
+def test_redis_overlay_keeps_drains_from_evicting_its_only_redis() -> None:
+    docs = render("overlays/redis")
+    redis = find(docs, "Deployment", "authn-gateway-redis")
+    assert redis["spec"]["replicas"] == 1
+    pdb = find(docs, "PodDisruptionBudget", "authn-gateway-redis")
+    assert labels_match(
+        pdb["spec"]["selector"]["matchLabels"], redis["spec"]["template"]["metadata"]["labels"]
+    )
+    # One memory-only Redis: evicting it empties the shared cache.
+    assert pdb["spec"]["maxUnavailable"] == 0
+    gateway = find(docs, "Deployment", "authn-gateway")
+    assert not labels_match(
+        pdb["spec"]["selector"]["matchLabels"], gateway["spec"]["template"]["metadata"]["labels"]
+    )
+
+
+SENTINEL = DEPLOY / "overlays" / "redis-sentinel"
+
+
+def test_sentinel_overlay_points_the_gateway_at_every_sentinel_by_stable_name() -> None:
+    docs = render("overlays/redis-sentinel")
+    redis = find(docs, "StatefulSet", "authn-gateway-redis")
+    replicas = redis["spec"]["replicas"]
+    assert replicas == 3
+    headless = find(docs, "Service", redis["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert labels_match(headless["spec"]["selector"], pod_labels)
+    assert {p["port"] for p in headless["spec"]["ports"]} == {6379, 26379}
+    config = config_of(docs)["redis"]
+    name, service = redis["metadata"]["name"], headless["metadata"]["name"]
+    assert config["sentinels"] == [f"{name}-{i}.{service}:26379" for i in range(replicas)]
+    assert "url" not in config
+    # start.sh names the same master, the same pods and the same headless Service.
+    script = (SENTINEL / "start.sh").read_text()
+    assert f"master_name={config['sentinel_master']}\n" in script
+    assert f"headless={service}\n" in script
+    assert f'peer="{name}-${{i}}.${{headless}}"' in script
+    assert "for i in " + " ".join(str(i) for i in range(replicas)) + "; do" in script
+    # Apart from redis:, the fleet config is the base config.
+    base = config_of(render("base"))
+    assert {k: v for k, v in config_of(docs).items() if k != "redis"} == base
+
+
+def test_sentinel_overlay_pods_run_redis_and_sentinel_from_the_shipped_script() -> None:
+    docs = render("overlays/redis-sentinel")
+    redis = find(docs, "StatefulSet", "authn-gateway-redis")
+    pod = redis["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert {c["name"]: c["command"][-1] for c in pod["containers"]} == {
+        "redis": "redis",
+        "sentinel": "sentinel",
+    }
+    for container in pod["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["command"][:2] == ["sh", "/scripts/start.sh"]
+    scripts = find(docs, "ConfigMap", "authn-gateway-redis-scripts")
+    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == scripts["metadata"]["name"]
+    assert scripts["data"]["start.sh"] == (SENTINEL / "start.sh").read_text()
+    result = subprocess.run(
+        ["sh", "-n", str(SENTINEL / "start.sh")], capture_output=True, text=True, timeout=10
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_sentinel_overlay_drains_one_redis_at_a_time_and_admits_only_its_peers() -> None:
+    docs = render("overlays/redis-sentinel")
+    redis = find(docs, "StatefulSet", "authn-gateway-redis")
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    pdb = find(docs, "PodDisruptionBudget", "authn-gateway-redis")
+    assert labels_match(pdb["spec"]["selector"]["matchLabels"], pod_labels)
+    # Three Sentinels with a quorum of two: one may go.
+    assert pdb["spec"]["maxUnavailable"] == 1
+    policy = find(docs, "NetworkPolicy", "authn-gateway-redis")
+    assert labels_match(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
+    (rule,) = policy["spec"]["ingress"]
+    gateway = find(docs, "Deployment", "authn-gateway")
+    sources = [s["podSelector"]["matchLabels"] for s in rule["from"]]
+    assert any(labels_match(s, gateway["spec"]["template"]["metadata"]["labels"]) for s in sources)
+    assert any(labels_match(s, pod_labels) for s in sources)
+    assert {p["port"] for p in rule["ports"]} == {"redis", "sentinel"}
+    assert redis["metadata"]["labels"]["app.kubernetes.io/name"] == "authn-gateway-redis"
+
+
+def _mounted_files(root: Path) -> None:
+    """What the Deployment mounts under /etc/authn-gateway, minted for the test."""
+    from tests.test_tls import issue, make_ca
+
+    server_ca, client_ca = make_ca("server-ca"), make_ca("client-ca")
+    (root / "tls").mkdir(parents=True)
+    (root / "client-ca").mkdir()
+    issue(server_ca, "authn-gateway", server=True).write(root / "tls", "tls")
+    (root / "client-ca" / "ca.crt").write_bytes(client_ca.cert_pem())
+
+
 def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    # check-config reads the TLS files as serve does: give it the mounted files.
+    _mounted_files(tmp_path / "etc")
     path = tmp_path / "gateway.yaml"
-    path.write_text(text)
+    path.write_text(text.replace("/etc/authn-gateway/", f"{tmp_path}/etc/"))
     return subprocess.run(
         [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
         capture_output=True,
         text=True,
-        env={**os.environ, "AUTHN_GATEWAY_SECRET": "x" * 32},
+        # What secret.example.yaml says to generate: head -c 32 /dev/urandom | base64
+        env={**os.environ, "AUTHN_GATEWAY_SECRET": base64.b64encode(os.urandom(32)).decode()},
         timeout=60,
     )
 
 
-@pytest.mark.parametrize("directory", ["base", "overlays/redis"])
+@pytest.mark.parametrize("directory", ["base", "overlays/redis", "overlays/redis-sentinel"])
 def test_shipped_config_passes_check_config(directory: str, tmp_path: Path) -> None:
     cm = find(render(directory), "ConfigMap", "authn-gateway-config")
     result = _check_config(cm["data"]["gateway.yaml"], tmp_path)
@@ -302,7 +403,37 @@ def test_kubeadm_patch_adds_the_webhook_flags_and_mount() -> None:
     assert volume["hostPath"]["path"] == mount["mountPath"]
     # The ClusterConfiguration route sets the same flags.
     cluster_config = yaml.safe_load((DEPLOY / "apiserver" / "kubeadm-config.yaml").read_text())
-    assert cluster_config["apiServer"]["extraArgs"] == flag_map
+    # kubeadm.k8s.io/v1beta4 (kubeadm 1.31+) lists extraArgs as name/value pairs.
+    assert cluster_config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    args = cluster_config["apiServer"]["extraArgs"]
+    assert {a["name"]: a["value"] for a in args} == flag_map
+
+
+def test_readme_wiring_matches_the_shipped_kubeconfig_and_flags() -> None:
+    readme = (DEPLOY.parent / "README.md").read_text()
+    kubeconfig = yaml.safe_load((DEPLOY / "apiserver" / "webhook-kubeconfig.yaml").read_text())
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    user = kubeconfig["users"][0]["user"]
+    for value in (
+        cluster["server"],
+        cluster["certificate-authority"],
+        user["client-certificate"],
+        user["client-key"],
+    ):
+        assert value in readme
+    for flag in (DEPLOY / "apiserver" / "kube-apiserver-flags.txt").read_text().split():
+        assert flag in readme
+    service = find(render("base"), "Service", "authn-gateway")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] != "metrics")
+    assert cluster["server"] == f"https://{service['spec']['clusterIP']}:{port}/authenticate"
+    assert "/etc/kubernetes/authn-gateway" not in readme
+    assert "Prometheus\nOperator" in readme or "Prometheus Operator" in readme
+
+
+def test_the_walkthrough_creates_the_namespace_before_the_secrets() -> None:
+    for doc in ("README.md", "docs/operations.md"):
+        text = (DEPLOY.parent / doc).read_text()
+        assert text.index("deploy/base/namespace.yaml") < text.index("secret.example.yaml"), doc
 
 
 def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
