@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -126,6 +127,11 @@ async def _build_and_close(config: GatewayConfig, source: str) -> None:
             ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens))
         except TLSError as exc:
             raise ConfigError(source, [f"server.{exc}"]) from None
+    if s.audit_log not in (None, "-"):
+        # serve opens it for appending; say now if it could not.
+        parent = Path(s.audit_log).parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise ConfigError(source, [f"server.audit_log: cannot write in {parent}"])
     gateway = Gateway(config, source=source)
     await gateway.close()
 

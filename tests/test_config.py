@@ -229,8 +229,9 @@ STRONG = "test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV"
         ({"server": {"tls": {"cert_file": "{d}/absent.crt", "key_file": "{d}/k"}}}, "absent.crt"),
         ({"server": {"tls": {"cert_file": "{d}", "key_file": "{d}/k"}}}, "Is a directory"),
         ({"redis": {"url": "redis://127.0.0.1:notaport/0"}, "secret": STRONG}, "redis"),
+        ({"server": {"audit_log": "{d}/nope/audit.jsonl"}}, "nope"),
     ],
-    ids=["missing-cert", "directory-as-cert", "redis-port"],
+    ids=["missing-cert", "directory-as-cert", "redis-port", "audit-log-dir"],
 )
 def test_check_config_and_serve_refuse_the_same_files(
     tmp_path: Path, server_or_redis: dict[str, object], named: str

@@ -285,3 +285,17 @@ def test_runner_prints_a_table_and_writes_a_plot(tmp_path: Path) -> None:
     png = tmp_path / "steady.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "steady.json").exists()
+
+
+def test_the_parked_connection_measurement_runs_as_documented() -> None:
+    # docs/operations.md and docs/decisions.md quote `python -m loadtests.parked`.
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.parked", "--connections", "50"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "50 silent connections: +" in result.stdout
+    assert "50 unfinished 16 KiB heads: +" in result.stdout
