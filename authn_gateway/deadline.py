@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from backends.base import Authenticator, Unavailable, Verdict
 
@@ -33,7 +34,10 @@ class DeadlineLayer(Layer):
             # A bug of ours: not a 500, not an "invalid token", not the IdP's fault.
             verdict = Verdict(internal_error(self.name, exc, self.metrics), self.name)
         outcome = verdict.outcome
-        self.metrics.backend_outcome(self.name, outcome, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.metrics.backend_outcome(self.name, outcome, seconds)
+        # The layers above (breaker: slow calls; concurrency limit: latency) read it.
+        verdict = replace(verdict, call_seconds=seconds)
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
             self.metrics.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)

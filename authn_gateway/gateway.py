@@ -127,13 +127,22 @@ class Gateway:
             )
         await self.stores.start()
         for backend in self.backends:
+            blobs = self.stores.shared_blobs(backend.name)
+            if blobs is not None:
+                backend.share_with_fleet(blobs)
             await backend.start()
+            collector = backend.collector()
+            if collector is not None:
+                self.metrics.backend_collectors.attach(backend.name, collector)
         self.ready = True
 
     async def close(self) -> None:
         self.ready = False
         self.readiness.close()
         for backend in self.backends:
+            collector = backend.collector()
+            if collector is not None:
+                self.metrics.backend_collectors.detach(backend.name, collector)
             try:
                 await backend.close()
             except Exception:

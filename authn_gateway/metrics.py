@@ -7,7 +7,7 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -175,7 +175,47 @@ class Metrics:
             "Shared-cache entries ignored because their signature did not verify.",
             registry=r,
         )
+        self.concurrency_limit = Gauge(
+            f"{PREFIX}_concurrency_limit",
+            "Adaptive limit on calls in flight to the identity provider.",
+            ["backend"],
+            registry=r,
+        )
+        self.concurrency_in_flight = Gauge(
+            f"{PREFIX}_concurrency_in_flight",
+            "Calls in flight to the identity provider.",
+            ["backend"],
+            registry=r,
+        )
+        self.concurrency_waiting = Gauge(
+            f"{PREFIX}_concurrency_waiting",
+            "Calls waiting for a slot under the concurrency limit.",
+            ["backend"],
+            registry=r,
+        )
+        self.slot_wait = Histogram(
+            f"{PREFIX}_concurrency_slot_wait_seconds",
+            "Time a call waited for a slot under the concurrency limit.",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.concurrency_refusals = Counter(
+            f"{PREFIX}_concurrency_refusals",
+            "Calls refused by the concurrency limit: failing, queue_full, deadline or waited.",
+            ["backend", "reason"],
+            registry=r,
+        )
+        self.slow_calls = Counter(
+            f"{PREFIX}_backend_slow_calls",
+            "Calls to an identity provider at or over the breaker's slow-call threshold.",
+            ["backend"],
+            registry=r,
+        )
         r.register(LogSinkCollector())
+        #: Backends' own metrics (the jwt backend's key fetches).
+        self.backend_collectors = BackendCollectors()
+        r.register(self.backend_collectors)
         self._children: dict[tuple[Any, ...], Any] = {}
         # The per-review pair, resolved once: this runs on every review.
         self._review_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -221,6 +261,27 @@ class Metrics:
     def limiter_refusal(self, limiter: str, backend: str) -> None:
         self._child(self.limited, limiter, backend).inc()
 
+    def watch_concurrency(
+        self,
+        backend: str,
+        limit: Callable[[], float],
+        in_flight: Callable[[], float],
+        waiting: Callable[[], float],
+    ) -> None:
+        """The limiter's live figures, read at scrape time."""
+        self.concurrency_limit.labels(backend).set_function(limit)
+        self.concurrency_in_flight.labels(backend).set_function(in_flight)
+        self.concurrency_waiting.labels(backend).set_function(waiting)
+
+    def slot_waited(self, backend: str, seconds: float) -> None:
+        self._child(self.slot_wait, backend).observe(seconds)
+
+    def concurrency_refusal(self, backend: str, reason: str) -> None:
+        self._child(self.concurrency_refusals, backend, reason).inc()
+
+    def slow_call(self, backend: str) -> None:
+        self._child(self.slow_calls, backend).inc()
+
     def prerejection(self, reason: str) -> None:
         self._child(self.prerejected, reason).inc()
 
@@ -234,6 +295,37 @@ class Metrics:
     def breaker_transition(self, backend: str, old: str, new: str) -> None:
         self._child(self.breaker_transitions, backend, old, new).inc()
         self.set_breaker_state(backend, new)
+
+
+class BackendCollectors(Collector):
+    """The metrics backends export themselves, registered once per process.
+
+    Each backend name maps to the running generation's backend: a reload attaches the
+    new one, and closing the old one detaches it only if it is still the current one.
+    A backend's counters start again from zero after a reload (``rate()`` handles it).
+    """
+
+    def __init__(self) -> None:
+        self._current: dict[str, Collector] = {}
+
+    def attach(self, backend: str, collector: Collector) -> None:
+        self._current[backend] = collector
+
+    def detach(self, backend: str, collector: Collector) -> None:
+        if self._current.get(backend) is collector:
+            del self._current[backend]
+
+    def collect(self) -> Iterable[Metric]:
+        # Two backends of one kind export the same families: merge their samples.
+        families: dict[str, Metric] = {}
+        for collector in list(self._current.values()):
+            for family in collector.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    families[family.name] = family
+                else:
+                    merged.samples.extend(family.samples)
+        return list(families.values())
 
 
 class LogSinkCollector(Collector):

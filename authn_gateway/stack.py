@@ -15,7 +15,7 @@ from backends.base import Authenticator, Backend
 from backends.settings import BackendSettings
 
 from .breaker.layer import BreakerLayer
-from .breaker.machine import Breaker, FailureRate
+from .breaker.machine import Breaker, FailureRate, SlowCalls
 from .bucket.gcra import TokenBucket
 from .bucket.layer import BudgetLayer
 from .cache.layer import CacheLayer
@@ -23,6 +23,9 @@ from .cache.policy import ReviewCache
 from .config import GatewayConfig
 from .deadline import DeadlineLayer
 from .keys import TokenHasher
+from .limit.layer import ConcurrencyLayer
+from .limit.slots import ConcurrencyLimiter, Priority
+from .limit.vegas import VegasLimit, VegasSettings
 from .metrics import Metrics
 from .prerejection import TokenRulesFilter
 from .stores import Stores
@@ -64,18 +67,31 @@ def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
 
 def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
+    cache = ctx.config.cache_for(ctx.settings)
+    limiter = ctx.handle.extras.get("concurrency")
     return CacheLayer(
         inner,
-        ReviewCache(ctx.config.cache_for(ctx.settings), ctx.stores.cache_store()),
+        ReviewCache(cache, ctx.stores.cache_store()),
         ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
         ctx.hasher,
         ctx.metrics,
+        # Known users are answered stale while their refresh waits for a slot.
+        saturated=(
+            (lambda: limiter.would_wait(Priority.HAS_FALLBACK))
+            if isinstance(limiter, ConcurrencyLimiter)
+            else None
+        ),
+        revalidate=cache.stale_while_revalidate,
     )
 
 
 def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    if not ctx.handle.backend.calls_idp_per_review:
+        # A local verifier (jwt): a crafted token must not count as the IdP failing.
+        # Its own IdP calls (key fetches) carry their own protection.
+        return inner
     s, name = ctx.settings.breaker, ctx.settings.name
-    rate = s.failure_rate
+    rate, slow = s.failure_rate, s.slow_calls
     breaker = Breaker(
         name,
         s.fail_max,
@@ -88,14 +104,51 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
             FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None
         ),
         max_hold=s.max_retry_after_seconds,
+        slow_calls=(
+            SlowCalls(
+                slow.duration_threshold_seconds or ctx.settings.timeouts.total_seconds / 2,
+                FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls),
+            )
+            if slow
+            else None
+        ),
     )
     ctx.stores.watch_breaker(name, breaker.refresh)
     ctx.metrics.set_breaker_state(name, breaker.state)
     ctx.handle.breaker = breaker
-    return BreakerLayer(inner, breaker)
+    return BreakerLayer(inner, breaker, ctx.metrics)
+
+
+def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    c, name = ctx.settings.concurrency, ctx.settings.name
+    if not c.enabled or not ctx.handle.backend.calls_idp_per_review:
+        # A local verifier (jwt) has no IdP queue per review to protect.
+        return inner
+    # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
+    # queue, so the fleet's total stays what one replica would keep.
+    share = ctx.config.redis.expected_replicas if ctx.config.redis is not None else 1
+    limiter = ConcurrencyLimiter(
+        VegasLimit(
+            VegasSettings(
+                initial=c.initial_limit,
+                min_limit=c.min_limit,
+                max_limit=c.max_limit,
+                alpha=c.queue_low / share,
+                beta=c.queue_high / share,
+            )
+        )
+    )
+    ctx.metrics.watch_concurrency(
+        name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
+    )
+    ctx.handle.extras["concurrency"] = limiter
+    return ConcurrencyLayer(inner, limiter, ctx.metrics)
 
 
 def budget_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    if not ctx.handle.backend.calls_idp_per_review:
+        # Reviews make no IdP call; the backend pays the bucket per key fetch instead.
+        return inner
     return BudgetLayer(inner, ctx.handle.bucket, ctx.settings.bucket.max_wait_seconds, ctx.metrics)
 
 
@@ -106,9 +159,12 @@ def deadline_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
 #: A backend's layers, outermost first.
 #: ``token_rules`` only narrows ``could_accept`` (which every layer passes through at no
 #: cost), so it sits where a review reaches it least: innermost.
+#: ``concurrency_layer`` is below the breaker (its refusals are the gateway's own, not
+#: the IdP's failures) and above the budget: the bucket stays the hard rate ceiling.
 LAYERS: tuple[LayerFactory, ...] = (
     cache_layer,
     breaker_layer,
+    concurrency_layer,
     budget_layer,
     deadline_layer,
     token_rules,

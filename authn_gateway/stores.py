@@ -9,7 +9,7 @@ behind them are in docs/decisions.md ("Fleet mode").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pybreaker
 
@@ -29,7 +29,11 @@ from .config import RedisSettings
 from .keys import TokenHasher
 from .metrics import Metrics
 from .redis_link import RedisLink
+from .shared_blobs import RedisSharedBlobs
 from .tasks import Background
+
+if TYPE_CHECKING:
+    from backends.shared import SharedBlobs
 
 
 class Stores(Protocol):
@@ -49,6 +53,10 @@ class Stores(Protocol):
 
     def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
         """``refresh`` is called when another replica changed this backend's breaker."""
+        ...
+
+    def shared_blobs(self, backend: str) -> SharedBlobs | None:
+        """Values a backend shares with the fleet (jwt key sets); None without Redis."""
         ...
 
     async def start(self) -> None: ...
@@ -79,6 +87,9 @@ class MemoryStores:
     def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
         return None
 
+    def shared_blobs(self, backend: str) -> SharedBlobs | None:
+        return None  # one process: nothing to share
+
     async def start(self) -> None:
         return None
 
@@ -98,6 +109,7 @@ class RedisStores:
     ) -> None:
         self.settings = settings
         self.link = link or RedisLink(settings, metrics)
+        self._hasher = hasher
         self._background = Background()
         self._cache = TieredCacheStore(
             MemoryStore(max_entries, max_negative_entries),
@@ -120,6 +132,9 @@ class RedisStores:
 
     def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
         self._breakers.watch(backend, refresh)
+
+    def shared_blobs(self, backend: str) -> SharedBlobs | None:
+        return RedisSharedBlobs(self.link, self._hasher, backend)
 
     def probe_permits(self, backend: str, limit: int, ttl: float) -> ProbePermits:
         return RedisProbePermits(backend, limit, ttl, self.link, self._background)

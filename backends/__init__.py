@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-BUILTIN = ("static", "userinfo", "keystone", "ldap", "gitlab")
+BUILTIN = ("static", "userinfo", "keystone", "ldap", "gitlab", "jwt", "introspection")
 
 
 def load_builtin() -> None:

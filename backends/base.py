@@ -29,7 +29,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from .shared import SharedBlobs
 
 #: Why a backend refused: the IdP's verdict on the token ("idp"), a token the protocol
 #: cannot carry ("unsendable"), or an IdP answer that lacks what the identity mapping
@@ -83,11 +88,12 @@ class Unavailable:
 
 @dataclass(frozen=True, slots=True)
 class HeldBack(Unavailable):
-    """The gateway held the call back itself (its own call budget said no).
+    """The gateway held the call back itself (its own call budget, or the adaptive
+    concurrency limit, said no).
 
     The IdP was not asked, so this says nothing about its health: the breaker releases
     its ticket instead of counting a failure. Only a :class:`~backends.budget.CallBudget`
-    refusal produces it.
+    refusal or the concurrency-limit layer produces it.
     """
 
     @property
@@ -119,6 +125,8 @@ class Verdict:
     stale: bool = False
     cached: bool = False
     audiences: tuple[str, ...] = ()
+    # Seconds the backend call took (set by the deadline layer; None: no call was made).
+    call_seconds: float | None = None
 
 
 class BackendConfigError(ValueError):
@@ -158,6 +166,9 @@ class Backend(abc.ABC):
     #: gets no cache, breaker or bucket: they would protect nothing, and anyone could
     #: empty its bucket or keep a removed token alive in its cache.
     remote: bool = True
+    #: False for backends that answer locally (jwt): the pipeline's per-review breaker
+    #: and outbound bucket then do not apply; such a backend protects its own IdP calls.
+    calls_idp_per_review: bool = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -167,6 +178,13 @@ class Backend(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
+
+    def share_with_fleet(self, blobs: SharedBlobs) -> None:  # noqa: B027 - optional hook
+        """Fleet mode: signed values this backend may share with the other replicas."""
+
+    def collector(self) -> Collector | None:
+        """The backend's own Prometheus metrics, registered with the gateway's."""
+        return None
 
     def could_accept(self, token: str) -> bool:
         """Cheap local check: False when the token can never belong to this IdP.

@@ -86,6 +86,10 @@ class CacheSettings(Strict):
     # How long past its TTL a positive entry may be served while the IdP cannot
     # answer. 0 disables serving stale identities.
     max_stale_seconds: NonNegativeFloat = 3600.0
+    # Answer a known user's entry past its TTL (within max_stale) at once and refresh
+    # it in the background, so a slow IdP adds no latency to known users. Off: a
+    # revoked token then stays accepted until the refresh answers (docs/security.md).
+    stale_while_revalidate: bool = False
 
 
 class FailureRateSettings(Strict):
@@ -101,6 +105,24 @@ class FailureRateSettings(Strict):
     min_calls: Annotated[int, Field(ge=1)] = 20
 
 
+class SlowCallSettings(Strict):
+    """Also open when this share of the calls in the window were slow.
+
+    resilience4j's ``slowCallDurationThreshold`` and ``slowCallRateThreshold``: an IdP
+    that still answers, but late, is in trouble before it fails. Every call counts,
+    failed ones too (a timeout is slow). Counted while closed; a half-open probe is judged
+    by its answer alone (a restarted IdP's first answer is often slow).
+    """
+
+    # A call that took at least this long is slow; unset: half the backend's
+    # timeouts.total_seconds.
+    duration_threshold_seconds: PositiveFloat | None = None
+    rate_threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
+    window_seconds: PositiveFloat = 10.0
+    # Fewer calls than this in the window never trip it.
+    min_calls: Annotated[int, Field(ge=1)] = 20
+
+
 class BreakerSettings(Strict):
     # Consecutive unavailable answers that open the breaker.
     fail_max: Annotated[int, Field(ge=1)] = 5
@@ -112,6 +134,8 @@ class BreakerSettings(Strict):
     # Longest the breaker stays open because the IdP said so (Retry-After,
     # RateLimit-Reset); longer requests are cut to this.
     max_retry_after_seconds: PositiveFloat = 300.0
+    # Slow-call trip condition; on by default, off with `slow_calls: null`.
+    slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
 
 
 class BucketSettings(Strict):
@@ -121,6 +145,31 @@ class BucketSettings(Strict):
     burst: Annotated[int, Field(ge=1)] = 100
     # Wait this long for a token before answering from stale cache or unavailable.
     max_wait_seconds: NonNegativeFloat = 0.0
+
+
+class ConcurrencySettings(Strict):
+    """Adaptive limit on calls in flight to the IdP, found from its latency (Vegas).
+
+    Nothing here needs tuning per IdP; see docs/decisions.md. The bucket stays the
+    hard ceiling on the call rate.
+    """
+
+    enabled: bool = True
+    initial_limit: Annotated[int, Field(ge=1)] = 20
+    min_limit: Annotated[int, Field(ge=1)] = 1
+    max_limit: Annotated[int, Field(ge=1)] = 200
+    # Calls the limit lets wait in the IdP's own queue (low, high). In fleet mode each
+    # replica aims at its share: queue / redis.expected_replicas.
+    queue_low: PositiveFloat = 3.0
+    queue_high: PositiveFloat = 6.0
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> ConcurrencySettings:
+        if not self.min_limit <= self.initial_limit <= self.max_limit:
+            raise ValueError("initial_limit: must be between min_limit and max_limit")
+        if self.queue_low >= self.queue_high:
+            raise ValueError("queue_low: must be below queue_high")
+        return self
 
 
 class TokenRules(Strict):
@@ -148,6 +197,7 @@ class BackendSettings(Strict):
     cache: CacheSettings | None = None
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     bucket: BucketSettings = Field(default_factory=BucketSettings)
+    concurrency: ConcurrencySettings = Field(default_factory=ConcurrencySettings)
     token_rules: TokenRules = Field(default_factory=TokenRules)
 
     @model_validator(mode="after")

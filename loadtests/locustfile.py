@@ -21,6 +21,9 @@ Configured by environment variables, because locust owns the command line:
 ``LOADTEST_HOT``           size of the hot set (200)
 ``LOADTEST_COLD``          size of the cold population (1,000,000)
 ``LOADTEST_RATE``          reviews per second per user (constant throughput, 10)
+``LOADTEST_POISSON``       1: each user's reviews are a Poisson process at that rate
+                           (exponential gaps, on a schedule, so all users together
+                           offer a smooth rate instead of waves in step)
 ``LOADTEST_V1BETA1``       share of reviews sent as v1beta1 (0.2)
 ``LOADTEST_REAUTH_URL``    Keystone URL: clients whose valid token was refused
                            get a new one there and use it (the incident's storm)
@@ -145,6 +148,28 @@ def call_with_retries(
         if delay is None:
             return result, count
         sleep(delay)
+
+
+class PoissonSchedule:
+    """Seconds to wait before the next review of one user: exponential gaps on a
+    schedule (a slow review is not followed by a full gap), so the offered rate holds."""
+
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.rate = rate
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._next = clock() + self.rng.expovariate(rate)
+
+    def wait(self) -> float:
+        now = self.clock()
+        delay = max(0.0, self._next - now)
+        self._next = max(self._next, now) + self.rng.expovariate(self.rate)
+        return delay
 
 
 # ---------------------------------------------------------------------------------
@@ -310,6 +335,8 @@ class Second:
     attempts: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
+    # "population/answer", e.g. "cold/authenticated": what each population got.
+    by_population: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     reauths: int = 0
     # population -> answer -> reviews, so "known users served" can be told apart.
@@ -335,6 +362,7 @@ class Timeline:
         s.answers[answer] += 1
         if population:
             s.populations[population][answer] += 1
+            s.by_population[f"{population}/{answer}"] += 1
         s.latencies.append(ms)
         self.max_ms = max(self.max_ms, ms)
         if ms > self.deadline_ms:
@@ -354,6 +382,7 @@ class Timeline:
                     "attempts": s.attempts,
                     "statuses": dict(s.statuses),
                     "answers": dict(s.answers),
+                    "by_population": dict(s.by_population),
                     "p50_ms": _pct(lat, 0.50),
                     "p99_ms": _pct(lat, 0.99),
                     "reauths": s.reauths,
@@ -398,6 +427,8 @@ if __name__ == "locustfile":
     _REAUTH_URL = os.environ.get("LOADTEST_REAUTH_URL")
     _TIMELINE = Timeline(float(os.environ.get("LOADTEST_DEADLINE", "30")))
     _user_seq = iter(range(1 << 30))
+    _RATE = float(os.environ.get("LOADTEST_RATE", "10"))
+    _POISSON = os.environ.get("LOADTEST_POISSON") == "1"
 
     @events.quitting.add_listener  # type: ignore[untyped-decorator]
     def _write_timeline(environment: Any, **_: Any) -> None:
@@ -413,12 +444,18 @@ if __name__ == "locustfile":
         concurrency = 1
         network_timeout = 30.0  # the ?timeout=30s kube-apiserver sends
         connection_timeout = 5.0
-        wait_time = constant_throughput(float(os.environ.get("LOADTEST_RATE", "10")))
+        _constant = constant_throughput(_RATE)
+
+        def wait_time(self) -> float:
+            if self._poisson is not None:
+                return self._poisson.wait()
+            return float(self._constant())
 
         def __init__(self, environment: Any) -> None:
             if _HOSTS:
                 self.host = _HOSTS[next(_user_seq) % len(_HOSTS)]
             super().__init__(environment)
+            self._poisson = PoissonSchedule(_RATE) if _POISSON else None
             self.keystone = (
                 FastHttpSession(
                     base_url=_REAUTH_URL,

@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,15 @@ class Sample:
     backend_calls: float
     stale: float
     refusals: float
+    # The fake IdP's capacity mode (0 outside it).
+    idp_queued: int = 0
+    idp_in_service: int = 0
+    idp_served: int = 0
+    idp_wasted: int = 0
+    # The gateways' adaptive concurrency limit and calls in flight (summed over replicas).
+    limit: float = 0.0
+    in_flight: float = 0.0
+    breaker_opened: float = 0.0
 
 
 def _breaker_state(metrics: str) -> str:
@@ -178,10 +187,13 @@ class Sampler(threading.Thread):
         while not self._halt.is_set():
             t = time.time()
             try:
-                calls = int(self.fake.stats()["calls"])
+                idp = self.fake.stats()
+                calls = int(idp["calls"])
             except (httpx.HTTPError, KeyError, ValueError):
+                idp = {}
                 calls = self.samples[-1].idp_calls if self.samples else 0
             states, backend_calls, stale, refusals = [], 0.0, 0.0, 0.0
+            limit, in_flight, opened = 0.0, 0.0, 0.0
             for gw in self.gateways:
                 try:
                     text = client.get(f"{gw.url}/metrics").text
@@ -193,9 +205,30 @@ class Sampler(threading.Thread):
                     text, "authn_gateway_cache_lookups_total", result="stale_served"
                 )
                 refusals += metric_value(text, "authn_gateway_limiter_refusals_total")
+                limit += metric_value(text, "authn_gateway_concurrency_limit")
+                in_flight += metric_value(text, "authn_gateway_concurrency_in_flight")
+                opened += metric_value(
+                    text, "authn_gateway_breaker_transitions_total", to_state="open"
+                )
             # The worst replica's view: open beats half-open beats closed.
             worst = max(states, key=lambda s: BREAKER_LEVEL.get(s, 0)) if states else "closed"
-            self.samples.append(Sample(t, calls, worst, backend_calls, stale, refusals))
+            self.samples.append(
+                Sample(
+                    t,
+                    calls,
+                    worst,
+                    backend_calls,
+                    stale,
+                    refusals,
+                    idp_queued=int(idp.get("queued") or 0),
+                    idp_in_service=int(idp.get("in_service") or 0),
+                    idp_served=int(idp.get("served") or 0),
+                    idp_wasted=int(idp.get("wasted") or 0),
+                    limit=limit,
+                    in_flight=in_flight,
+                    breaker_opened=opened,
+                )
+            )
             self._halt.wait(0.5)
         client.close()
 
@@ -262,12 +295,40 @@ class Result:
                 statuses[k] = statuses.get(k, 0) + v
         reviews = sum(answers.values())
         attempts = sum(r["attempts"] for r in rows)
+        by_population: dict[str, int] = {}
+        for r in rows:
+            for k, v in r.get("by_population", {}).items():
+                by_population[k] = by_population.get(k, 0) + v
         return {
             "reviews": reviews,
             "attempts": attempts,
             "answers": answers,
+            "by_population": by_population,
             "http_5xx": sum(v for k, v in statuses.items() if k.isdigit() and int(k) >= 500),
             "reauths": sum(r.get("reauths", 0) for r in rows),
+        }
+
+    def brownout(self, capacity_per_s: float) -> dict[str, Any]:
+        """The IdP's own figures for a capacity-mode run, and what each population got."""
+        s = self.samples
+        st = self.idp_stats
+        served = s[-1].idp_served - s[0].idp_served if s else 0
+        wasted = s[-1].idp_wasted - s[0].idp_wasted if s else 0
+        pop = self.totals()["by_population"]
+        hot = sum(v for k, v in pop.items() if k.startswith("hot/"))
+        return {
+            "idp_served": served,
+            "idp_utilisation": served / max(1e-9, capacity_per_s * self.duration),
+            "idp_wasted": wasted,
+            "idp_wasted_share": wasted / max(1, served),
+            "idp_503": st.get("by_status", {}).get("503", 0),
+            "queue_wait_p50_ms": st.get("queue_wait_p50_ms"),
+            "queue_wait_p99_ms": st.get("queue_wait_p99_ms"),
+            "breaker_opened": s[-1].breaker_opened - s[0].breaker_opened if s else 0,
+            "cold_authenticated_per_s": pop.get("cold/authenticated", 0) / self.duration,
+            "cold_offered_per_s": sum(v for k, v in pop.items() if k.startswith("cold/"))
+            / self.duration,
+            "hot_served_share": pop.get("hot/authenticated", 0) / max(1, hot),
         }
 
 
@@ -301,6 +362,7 @@ def run_locust(
         "LOADTEST_MIX": scenario.mix,
         "LOADTEST_HOT": str(scenario.hot),
         "LOADTEST_RATE": str(scenario.rate),
+        "LOADTEST_POISSON": "1" if scenario.poisson else "0",
         "LOADTEST_TIMELINE": str(timeline),
     }
     if scenario.reauth:
@@ -338,6 +400,8 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
             gateways.append(gw)
         if scenario.warm and protected:
             warm_up(gateways, scenario)
+        if scenario.capacity is not None:
+            fake.faults({"capacity": scenario.capacity, "service_time": scenario.service_time})
         sampler = Sampler(fake, gateways)
         sampler.start()
         stack.callback(sampler.stop)
@@ -348,6 +412,8 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
         proc.wait(timeout=duration + 60)
         sampler.stop()
         checks: dict[str, Any] = {}
+        if protected and scenario.capacity is not None:
+            checks.update(limit_figures(gateways))
         if scenario.cold_probe:
             checks["cold_token_to_all_replicas_idp_calls"] = cold_probe(gateways, fake, scenario)
         timeline = json.loads(timeline_path.read_text()) if timeline_path.exists() else {}
@@ -358,6 +424,31 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
             if gw.proc.poll() is not None:
                 result.checks[f"replica {gw.port} exited"] = gw.proc.returncode
         return result
+
+
+def limit_figures(gateways: list[GatewayProcess]) -> dict[str, Any]:
+    """The concurrency limit's counters at the end of the run, summed over replicas."""
+    figures: dict[str, Any] = {}
+    for gw in gateways:
+        try:
+            text = httpx.get(f"{gw.url}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for reason in ("failing", "queue_full", "deadline", "waited"):
+            key = f"limit_refused_{reason}"
+            figures[key] = figures.get(key, 0) + int(
+                metric_value(text, "authn_gateway_concurrency_refusals_total", reason=reason)
+            )
+        figures["slow_calls"] = figures.get("slow_calls", 0) + int(
+            metric_value(text, "authn_gateway_backend_slow_calls_total")
+        )
+        waits = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_count")
+        waited = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_sum")
+        figures["slot_wait_mean_ms"] = round(1000 * waited / waits, 1) if waits else 0.0
+        figures["stale_served"] = figures.get("stale_served", 0) + int(
+            metric_value(text, "authn_gateway_cache_lookups_total", result="stale_served")
+        )
+    return figures
 
 
 def play(
@@ -523,6 +614,30 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
     add("review p99 ms", [_fmt(r.timeline.get("p99_ms")) for r in results])
     add("review max ms", [_fmt(r.timeline.get("max_ms")) for r in results])
     add("reviews over 30 s", [r.timeline.get("late", "?") for r in results])
+    if scenario.capacity is not None:
+        capacity = mean_capacity(scenario)
+        figures = [r.brownout(capacity) for r in results]
+        add("IdP served (capacity mode)", [f["idp_served"] for f in figures])
+        add(
+            "  share of the IdP's capacity",
+            [f"{100 * f['idp_utilisation']:.0f} %" for f in figures],
+        )
+        add(
+            "  wasted (caller gone)",
+            [f"{f['idp_wasted']} ({100 * f['idp_wasted_share']:.0f} %)" for f in figures],
+        )
+        add("IdP 503 (waited too long)", [f["idp_503"] for f in figures])
+        add("IdP queue wait p50 ms", [_fmt(f["queue_wait_p50_ms"]) for f in figures])
+        add("IdP queue wait p99 ms", [_fmt(f["queue_wait_p99_ms"]) for f in figures])
+        add("breaker opened", [f"{f['breaker_opened']:.0f}" for f in figures])
+        add(
+            "cold authenticated/s (offered)",
+            [
+                f"{f['cold_authenticated_per_s']:.1f} ({f['cold_offered_per_s']:.0f})"
+                for f in figures
+            ],
+        )
+        add("hot reviews authenticated", [f"{100 * f['hot_served_share']:.1f} %" for f in figures])
     keys = sorted({k for r in results for k in r.checks})
     for k in keys:
         add(k.replace("_", " "), [r.checks.get(k, "-") for r in results])
@@ -531,6 +646,19 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
 
 def _pct_or_dash(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f} %"
+
+
+def mean_capacity(scenario: Scenario) -> float:
+    """The fake IdP's capacity (calls/s) averaged over the run, through its steps."""
+    assert scenario.capacity is not None
+    level, since, total = float(scenario.capacity), 0.0, 0.0
+    for step in scenario.steps:
+        new = (step.faults or {}).get("capacity")
+        if new is not None:
+            total += level * (step.at - since)
+            level, since = float(new), step.at
+    total += level * (1.0 - since)
+    return total / scenario.service_time
 
 
 def _fmt(v: Any) -> str:
@@ -582,9 +710,8 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     known = scenario.known_served_target is not None
-    fig, axes = plt.subplots(
-        5 if known else 4, 1, figsize=(8, 11 if known else 9), sharex=True, dpi=80
-    )
+    panels = 5 if scenario.capacity is not None or known else 4
+    fig, axes = plt.subplots(panels, 1, figsize=(8, 9 + 2 * (panels - 4)), sharex=True, dpi=80)
     colors = {"authenticated": "tab:green", "rejected": "tab:orange", "unavailable": "tab:red"}
     styles = {"gateway": "-", "pass-through": ":"}
     for res in results:
@@ -625,6 +752,24 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
             )
         axes[3].plot(t, [r["p50_ms"] for r in rows], ls, color="tab:blue", label=f"p50 {res.mode}")
         axes[3].plot(t, [r["p99_ms"] for r in rows], ls, color="tab:red", label=f"p99 {res.mode}")
+        if panels == 5 and res.mode == "gateway":
+            st = [x.t - res.started for x in res.samples]
+            axes[4].plot(
+                st, [x.idp_queued for x in res.samples], color="tab:red", label="IdP queue"
+            )
+            axes[4].plot(
+                st,
+                [x.idp_in_service for x in res.samples],
+                color="tab:green",
+                label="IdP in service",
+            )
+            if any(x.limit for x in res.samples):
+                axes[4].step(
+                    st, [x.limit for x in res.samples], where="post", color="black", label="limit"
+                )
+                axes[4].plot(
+                    st, [x.in_flight for x in res.samples], color="tab:blue", label="in flight"
+                )
     axes[0].set_ylabel("reviews/s")
     axes[0].legend(fontsize=7, loc="upper right", ncol=2)
     axes[1].set_ylabel("IdP calls/s")
@@ -644,6 +789,10 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
         axes[4].set_ylabel("known users %")
         axes[4].set_ylim(-5, 105)
         axes[4].legend(fontsize=7, loc="lower left")
+    if scenario.capacity is not None:
+        axes[4].set_ylabel("calls")
+        axes[4].set_yscale("symlog", linthresh=10)
+        axes[4].legend(fontsize=7, loc="upper right", ncol=4)
     axes[-1].set_xlabel("seconds")
     gw = next((r for r in results if r.mode == "gateway"), results[0])
     for ax in axes:
@@ -732,6 +881,9 @@ def run_scenario(
                 "totals": r.totals(),
                 "checks": r.checks,
                 "marks": r.marks,
+                "brownout": (
+                    r.brownout(mean_capacity(scenario)) if scenario.capacity is not None else None
+                ),
             }
             for r in results
         ],
@@ -755,10 +907,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path("loadtest-results"), help="PNG/JSON directory"
     )
+    parser.add_argument(
+        "--keep", type=Path, help="keep the processes' logs in this directory (default: removed)"
+    )
     args = parser.parse_args(argv)
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     modes = ["gateway", "pass-through"] if args.mode == "both" else [args.mode]
-    with tempfile.TemporaryDirectory(prefix="authn-loadtest-") as tmp:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (
+        nullcontext(str(args.keep))
+        if args.keep is not None
+        else tempfile.TemporaryDirectory(prefix="authn-loadtest-")
+    ) as tmp:
         for name in names:
             scenario = SCENARIOS[name]
             changes = {

@@ -43,9 +43,36 @@ class Scenario:
     gateway: dict[str, Any] = field(default_factory=dict)
     # Share of the hot (known) users' reviews that must be authenticated, if checked.
     known_served_target: float | None = None
+    # Brownout: the fake IdP in capacity mode from the start of the clock (after the
+    # warm-up): at most `capacity` calls in service, `service_time` s each, FIFO.
+    capacity: int | None = None
+    service_time: float = 0.05
+    # Poisson arrivals per user (a smooth offered rate) instead of constant throughput,
+    # whose users all start together and review in waves.
+    poisson: bool = False
 
 
 _BREAKER = {"breaker": {"fail_max": 5, "reset_timeout_seconds": 5.0, "half_open_probes": 1}}
+
+# Issue #15's brownout: an IdP serving 4 x 1000/50 = 80 calls/s, 300 reviews/s offered
+# (30 % never-seen valid tokens), a 200/s bucket, a 1 s timeout and a 5 s positive TTL.
+_BROWNOUT_BACKEND = {
+    **_BREAKER,
+    "bucket": {"rate": 200, "burst": 200},
+    "timeouts": {"connect_seconds": 1.0, "read_seconds": 1.0, "total_seconds": 1.0},
+    "cache": {"positive_ttl_seconds": 5.0},
+}
+# 400 users at 0.75/s: each user waits for its review (closed loop), so it takes many
+# slow users to keep offering 300/s while reviews take up to the 1 s timeout.
+_BROWNOUT = {
+    "users": 400,
+    "rate": 0.75,
+    "mix": "hot=0.7,cold=0.3",
+    "poisson": True,
+    "capacity": 4,
+    "service_time": 0.05,
+    "backend": _BROWNOUT_BACKEND,
+}
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -152,6 +179,33 @@ SCENARIOS: dict[str, Scenario] = {
             hot=1000,
             cold_probe=True,
             backend=_BREAKER,
+        ),
+        Scenario(
+            "brownout",
+            "the IdP serves 80 calls/s (4 at once, 50 ms each, FIFO); 300 reviews/s, 30 % cold",
+            **_BROWNOUT,  # type: ignore[arg-type]
+        ),
+        Scenario(
+            "brownout-today",
+            "the brownout, with the gateway as it was before #15: no concurrency limit, "
+            "no slow-call rule",
+            **{
+                **_BROWNOUT,
+                "backend": {
+                    **_BROWNOUT_BACKEND,
+                    "concurrency": {"enabled": False},
+                    "breaker": {**_BREAKER["breaker"], "slow_calls": None},
+                },
+            },  # type: ignore[arg-type]
+        ),
+        Scenario(
+            "brownout-shift",
+            "the brownout, with the IdP's capacity halved at 33 % and doubled at 66 %",
+            steps=(
+                Step(0.33, "capacity 40/s", {"capacity": 2}),
+                Step(0.66, "capacity 160/s", {"capacity": 8}),
+            ),
+            **_BROWNOUT,  # type: ignore[arg-type]
         ),
     )
 }

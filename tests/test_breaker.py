@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from authn_gateway.breaker import Breaker, FailureRate, LocalProbePermits, Override
+from authn_gateway.breaker import Breaker, FailureRate, LocalProbePermits, Override, SlowCalls
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 
 DOWN = Unavailable("down")
@@ -168,3 +168,91 @@ async def test_failure_rate_below_threshold_keeps_it_closed() -> None:
         assert ticket is not None
         b.record(ticket, DOWN if i % 4 == 0 else OK)  # 25 % failures
     assert b.state == "closed"
+
+
+def slow_breaker(transitions: list[str], fail_max: int = 5, reset: float = 30.0) -> Breaker:
+    return Breaker(
+        "idp",
+        fail_max,
+        reset,
+        LocalProbePermits(1),
+        on_transition=lambda name, old, new: transitions.append(f"{old}->{new}"),
+        slow_calls=SlowCalls(0.5, FailureRate(threshold=0.8, window=60.0, min_calls=10)),
+    )
+
+
+async def test_answers_that_come_late_open_the_breaker_by_slow_call_rate() -> None:
+    transitions: list[str] = []
+    b = slow_breaker(transitions)
+    # Every answer is a success, but 9 in 10 took 0.6 s against a 0.5 s threshold.
+    for i in range(10):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, OK, 0.1 if i == 0 else 0.6)
+    assert b.state == "open"
+    assert transitions == ["closed->open"]
+
+
+async def test_slow_calls_below_the_rate_keep_it_closed() -> None:
+    transitions: list[str] = []
+    b = slow_breaker(transitions)
+    for i in range(40):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, OK, 0.6 if i % 2 else 0.1)  # 50 % slow, under 80 %
+    assert b.state == "closed"
+
+
+async def test_a_call_at_the_threshold_counts_as_slow_and_a_timeout_counts_twice() -> None:
+    transitions: list[str] = []
+    b = slow_breaker(transitions, fail_max=100)
+    for _ in range(10):
+        ticket = await b.admit()
+        assert ticket is not None
+        # A timed-out call is both a failure and slow; fail_max alone would not trip.
+        b.record(ticket, DOWN, 0.5)
+    assert b.state == "open"
+
+
+async def test_a_probe_is_judged_by_its_answer_even_when_late() -> None:
+    # A restarted IdP's first answer is often slow; one slow probe must not keep it open.
+    transitions: list[str] = []
+    b = slow_breaker(transitions, fail_max=1, reset=0.05)
+    await fail(b, 1)
+    await asyncio.sleep(0.06)
+    probe = await b.admit()
+    assert probe is not None
+    b.record(probe, OK, 0.7)
+    assert b.state == "closed"
+    assert transitions[-2:] == ["open->half-open", "half-open->closed"]
+
+
+async def test_calls_recorded_without_a_duration_never_count_as_slow() -> None:
+    transitions: list[str] = []
+    b = slow_breaker(transitions)
+    for _ in range(20):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, OK)
+    assert b.state == "closed" and b.slow_threshold == 0.5
+
+
+async def test_a_closed_breaker_starts_with_fresh_rate_windows() -> None:
+    transitions: list[str] = []
+    b = slow_breaker(transitions, reset=0.05)
+    for _ in range(10):
+        ticket = await b.admit()
+        assert ticket is not None
+        b.record(ticket, OK, 0.6)
+    assert b.state == "open"
+    await asyncio.sleep(0.06)
+    probe = await b.admit()
+    assert probe is not None
+    b.record(probe, OK, 0.05)
+    # The slow calls that opened it are forgotten: one more slow call is 1 of 1 in a
+    # window that needs 10, not 11 of 12.
+    ticket = await b.admit()
+    assert ticket is not None
+    b.record(ticket, OK, 0.6)
+    assert b.state == "closed"
+    assert transitions == ["closed->open", "open->half-open", "half-open->closed"]

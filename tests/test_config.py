@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from authn_gateway.config import ConfigError, load_config, parse_config
+from authn_gateway.config import BACKEND_TYPES, ConfigError, load_config, parse_config
 
 MINIMAL = """
 backends:
@@ -35,8 +35,10 @@ def test_reference_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTHN_GATEWAY_SECRET", "test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV")
     monkeypatch.setenv("AUTHN_GATEWAY_ADMIN_TOKEN", "a")
     monkeypatch.setenv("KEYSTONE_SERVICE_PASSWORD", "k")
+    monkeypatch.setenv("INTROSPECTION_CLIENT_SECRET", "i")
     config = load_config(Path(__file__).parent.parent / "config" / "gateway.yaml")
-    assert {b.type for b in config.backends} == {"static", "userinfo", "gitlab", "ldap", "keystone"}
+    # Every backend type is documented in the reference config.
+    assert {b.type for b in config.backends} == set(BACKEND_TYPES)
 
 
 def test_minimal_config_gets_production_defaults() -> None:
@@ -355,6 +357,7 @@ def test_reference_config_checks_without_the_admin_token(tmp_path: Path) -> None
     env = {k: v for k, v in os.environ.items() if k != "AUTHN_GATEWAY_ADMIN_TOKEN"}
     env["AUTHN_GATEWAY_SECRET"] = STRONG
     env["KEYSTONE_SERVICE_PASSWORD"] = "k"
+    env["INTROSPECTION_CLIENT_SECRET"] = "i"
     result = subprocess.run(
         [sys.executable, "-m", "authn_gateway", "check-config", str(config)],
         capture_output=True,

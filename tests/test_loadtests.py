@@ -287,6 +287,21 @@ def test_runner_prints_a_table_and_writes_a_plot(tmp_path: Path) -> None:
     assert (tmp_path / "steady.json").exists()
 
 
+def test_poisson_schedule_keeps_the_rate_and_catches_up_after_a_slow_review() -> None:
+    import random
+
+    from loadtests.locustfile import PoissonSchedule
+
+    now = [0.0]
+    schedule = PoissonSchedule(2.0, clock=lambda: now[0], rng=random.Random(1))
+    for _ in range(2000):
+        now[0] += schedule.wait() + 0.05  # each review takes 50 ms
+    # 2000 reviews at 2/s: about 1000 s (a constant 0.5 s gap plus 50 ms would be 1100).
+    assert 900 < now[0] < 1080
+    now[0] += 10.0  # a review that took 10 s: the next one is not held back further
+    assert schedule.wait() == 0.0
+
+
 def test_the_parked_connection_measurement_runs_as_documented() -> None:
     # docs/operations.md and docs/decisions.md quote `python -m loadtests.parked`.
     result = subprocess.run(

@@ -12,6 +12,7 @@ from .machine import (
     FailureRate,
     Override,
     ProbePermits,
+    SlowCalls,
 )
 from .memory import LocalProbePermits, memory_storage
 
@@ -26,5 +27,6 @@ __all__ = [
     "LocalProbePermits",
     "Override",
     "ProbePermits",
+    "SlowCalls",
     "memory_storage",
 ]

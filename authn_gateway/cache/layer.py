@@ -3,7 +3,9 @@ are written back; when anything below cannot answer, a known identity is served 
 
 Serve-stale lives here and nowhere else: the breaker, the budget, the deadlines and the
 backend only ever say :class:`Unavailable`, and this layer decides what a known user
-gets instead.
+gets instead. It also answers a known user stale *before* asking, while the refresh
+runs in the background, when the IdP is saturated (``saturated()``: the concurrency
+limit has no free slot for a refresh) or when stale-while-revalidate is on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from ..admission import miss_allowed
 from ..coalesce import Coalescer
 from ..keys import TokenHasher
 from ..layer import Layer
+from ..limit.layer import HAS_FALLBACK
 from ..metrics import Metrics
+from ..tasks import Background
 from .policy import CacheEntry, ReviewCache
 
 
@@ -31,8 +35,14 @@ class CacheLayer(Layer):
         hasher: TokenHasher,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        saturated: Callable[[], bool] | None = None,
+        revalidate: bool = False,
     ) -> None:
         super().__init__(inner)
+        self.saturated = saturated
+        self.revalidate = revalidate
+        self._refreshing: set[bytes] = set()
+        self._background = Background()
         self.cache = cache
         self.coalescer = coalescer
         self.hasher = hasher
@@ -53,6 +63,12 @@ class CacheLayer(Layer):
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
         self._miss.inc()
+        if entry is not None and self._servable(entry) and self._stale_first(key):
+            # A known user: answered stale now; the refresh waits its turn meanwhile.
+            self._refreshing.add(key)
+            self._background.spawn(self._refresh(key, token, audiences, deadline))
+            self.metrics.cache(self.name, "stale_served")
+            return Verdict(entry.outcome, self.name, stale=True, cached=True)
         if not miss_allowed():
             # Only reviews that need the IdP pay for the caller's rate; see admission.py.
             refused = Verdict(HeldBack("caller exceeded its review rate"), self.name)
@@ -63,7 +79,7 @@ class CacheLayer(Layer):
             async with asyncio.timeout_at(deadline):
                 verdict = await self.coalescer.do(
                     key,
-                    lambda: self._fill(key, token, audiences, deadline),
+                    lambda: self._fill(key, token, audiences, deadline, self._servable(entry)),
                     lambda: self._recheck(key),
                 )
         except TimeoutError:
@@ -72,11 +88,35 @@ class CacheLayer(Layer):
             return self._stale_or(entry, verdict)
         return verdict
 
-    async def _fill(
+    def _stale_first(self, key: bytes) -> bool:
+        if self.revalidate or key in self._refreshing:
+            return True  # (a refresh already on its way: no need to wait for it)
+        return self.saturated is not None and self.saturated()
+
+    async def _refresh(
         self, key: bytes, token: str, audiences: tuple[str, ...], deadline: float
+    ) -> None:
+        try:
+            await self.coalescer.do(
+                key,
+                lambda: self._fill(key, token, audiences, deadline, True),
+                lambda: self._recheck(key),
+            )
+        finally:
+            self._refreshing.discard(key)
+
+    async def _fill(
+        self,
+        key: bytes,
+        token: str,
+        audiences: tuple[str, ...],
+        deadline: float,
+        has_fallback: bool = False,
     ) -> Verdict:
         """The one call per key: ask below, write what may be cached (before any lease
         is released, so other replicas find it)."""
+        # The concurrency limit below lets calls with no fallback go first.
+        HAS_FALLBACK.set(has_fallback)
         verdict = await self.inner.review(token, audiences, deadline)
         if not isinstance(verdict.outcome, Unavailable):
             await self.cache.put(key, verdict.outcome, self.clock())
@@ -86,9 +126,13 @@ class CacheLayer(Layer):
         entry = await self.cache.recheck(key)
         return Verdict(entry.outcome, self.name, cached=True) if entry is not None else None
 
+    def _servable(self, known: CacheEntry | None) -> bool:
+        """A positive entry within max_stale and the token's expiry: a fallback."""
+        return known is not None and known.positive and self.clock() < known.stale_until
+
     def _stale_or(self, known: CacheEntry | None, verdict: Verdict) -> Verdict:
         """Last known good: a positive entry within max_stale and the token's expiry."""
-        if known is not None and known.positive and self.clock() < known.stale_until:
+        if known is not None and self._servable(known):
             self.metrics.cache(self.name, "stale_served")
             return Verdict(known.outcome, self.name, stale=True, cached=True)
         return verdict

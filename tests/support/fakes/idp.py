@@ -16,7 +16,19 @@ control port (``POST /_fake/faults`` with a JSON body of the same fields):
 * ``hang``          - read the request, never answer;
 * ``refuse``        - close the listening socket, so connections are refused.
 
-``GET /_fake/stats`` (or :meth:`FakeIdP.stats`) counts the calls received.
+Capacity mode (a brownout: the IdP answers, but only so fast) is set the same way:
+
+* ``capacity``       - at most this many requests in service at once (None: unlimited);
+* ``service_time``   - seconds each request spends in service (default 0.05);
+* ``max_queue_wait`` - a request that has waited this long for service gets 503 (default 5).
+
+The rest wait in arrival (FIFO) order, so the IdP serves ``capacity / service_time``
+calls per second. Changing ``capacity`` mid-run takes effect at once. A request that
+was served but whose caller had closed the connection before the answer was written
+counts as *wasted*: work the IdP did for nobody.
+
+``GET /_fake/stats`` (or :meth:`FakeIdP.stats`) counts the calls received, and in
+capacity mode the queue (length, wait p50/p99), the served, expired and wasted calls.
 
 HTTP/1.1 is parsed by h11, with keep-alive, so the gateway's pooled client sees a
 real server. Run standalone with ``python -m tests.support.fakes.idp --port N``.
@@ -26,12 +38,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import h11
@@ -50,6 +64,10 @@ class Faults:
     refuse: bool = False
     # Lifetime reported in the "exp" claim; None reports no expiry.
     expires_in: float | None = None
+    # Capacity mode: at most `capacity` in service, `service_time` s each, FIFO queue.
+    capacity: int | None = None
+    service_time: float = 0.05
+    max_queue_wait: float = 5.0
 
 
 @dataclass
@@ -60,6 +78,109 @@ class Stats:
     max_in_flight: int = 0
     # Monotonic arrival times of the most recent calls, for rate checks.
     arrivals: list[float] = field(default_factory=list)
+    # Capacity mode. Seconds each request waited for service (or until its 503), the
+    # most recent 20,000; requests served, expired (503 after max_queue_wait), and
+    # served for a caller that had already closed its connection.
+    queue_waits: list[float] = field(default_factory=list)
+    queued: int = 0
+    max_queued: int = 0
+    in_service: int = 0
+    max_in_service: int = 0
+    served: int = 0
+    expired: int = 0
+    wasted: int = 0
+
+    def queue_wait_ms(self, q: float, waits: list[float] | None = None) -> float | None:
+        """The q-quantile of the recorded queue waits, in ms (None before any)."""
+        waits = sorted(self.queue_waits) if waits is None else waits
+        if not waits:
+            return None
+        return 1000 * waits[min(len(waits) - 1, int(q * len(waits)))]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON the control port serves (no raw lists)."""
+        waits = sorted(self.queue_waits)
+        return {
+            "calls": self.calls,
+            "by_status": self.by_status,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "queued": self.queued,
+            "max_queued": self.max_queued,
+            "in_service": self.in_service,
+            "max_in_service": self.max_in_service,
+            "served": self.served,
+            "expired": self.expired,
+            "wasted": self.wasted,
+            "queue_wait_p50_ms": self.queue_wait_ms(0.50, waits),
+            "queue_wait_p99_ms": self.queue_wait_ms(0.99, waits),
+        }
+
+
+class ServiceQueue:
+    """At most C requests in service, the others waiting in FIFO order (one event loop).
+
+    :meth:`enter` returns the seconds waited, or None when the wait passed
+    ``max_queue_wait`` (the caller answers 503). :meth:`leave` frees the slot.
+    """
+
+    def __init__(self, faults: Callable[[], Faults]) -> None:
+        # A getter: the fake Keystone replaces its faults object on reset.
+        self._faults = faults
+        self.in_service = 0
+        self._waiting: deque[asyncio.Future[bool]] = deque()
+
+    @property
+    def faults(self) -> Faults:
+        return self._faults()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    async def enter(self) -> float | None:
+        started = time.monotonic()
+        cap = self.faults.capacity
+        if cap is not None and (self.in_service >= cap or self._waiting):
+            loop = asyncio.get_running_loop()
+            ticket: asyncio.Future[bool] = loop.create_future()
+            self._waiting.append(ticket)
+            expiry = loop.call_later(self.faults.max_queue_wait, self._expire, ticket)
+            try:
+                admitted = await ticket
+            finally:
+                expiry.cancel()
+                if not ticket.done():
+                    ticket.cancel()
+                    self._forget(ticket)
+            if not admitted:
+                return None
+        else:
+            self.in_service += 1
+        return time.monotonic() - started
+
+    def leave(self) -> None:
+        self.in_service -= 1
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Admit waiters while slots are free (also after ``capacity`` grows)."""
+        cap = self.faults.capacity
+        while self._waiting and (cap is None or self.in_service < cap):
+            ticket = self._waiting.popleft()
+            if ticket.done():
+                continue
+            self.in_service += 1
+            ticket.set_result(True)
+
+    def _expire(self, ticket: asyncio.Future[bool]) -> None:
+        if not ticket.done():
+            self._forget(ticket)
+            ticket.set_result(False)
+
+    def _forget(self, ticket: asyncio.Future[bool]) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(ticket)
 
 
 async def serve_h11(
@@ -150,11 +271,19 @@ class FakeIdP:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._queue = ServiceQueue(lambda: self.faults)
 
     # ---- the IdP itself -------------------------------------------------------
     async def _answer(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
+        status, hdrs, out, _served = await self._answer_served(method, target, headers, body)
+        return status, hdrs, out
+
+    async def _answer_served(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes, bool]:
+        """The answer, and whether it took a service slot (capacity mode)."""
         with self._lock:
             st = self._stats
             st.calls += 1
@@ -162,14 +291,54 @@ class FakeIdP:
             st.max_in_flight = max(st.max_in_flight, st.in_flight)
             st.arrivals.append(time.monotonic())
             del st.arrivals[:-100_000]
+        served = False
         try:
-            status, hdrs, out = await self._decide(method, target, headers, body)
+            if self.faults.capacity is None:
+                status, hdrs, out = await self._decide(method, target, headers, body)
+            else:
+                status, hdrs, out, served = await self._in_capacity(method, target, headers, body)
         finally:
             with self._lock:
                 self._stats.in_flight -= 1
         with self._lock:
             self._stats.by_status[status] = self._stats.by_status.get(status, 0) + 1
-        return status, hdrs, out
+        return status, hdrs, out, served
+
+    async def _in_capacity(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes, bool]:
+        q = self._queue
+        with self._lock:
+            st = self._stats
+            st.queued = q.queued + 1
+            st.max_queued = max(st.max_queued, st.queued)
+        waited = await q.enter()
+        with self._lock:
+            st = self._stats
+            st.queued = q.queued
+            st.queue_waits.append(self.faults.max_queue_wait if waited is None else waited)
+            del st.queue_waits[:-20_000]
+            if waited is None:
+                st.expired += 1
+            else:
+                st.in_service = q.in_service
+                st.max_in_service = max(st.max_in_service, q.in_service)
+        if waited is None:
+            return (*_json(503, {"error": "fake IdP overloaded"}), False)
+        try:
+            await asyncio.sleep(self.faults.service_time)
+            status, hdrs, out = await self._decide(method, target, headers, body)
+        finally:
+            q.leave()
+            with self._lock:
+                self._stats.served += 1
+                self._stats.in_service = q.in_service
+                self._stats.queued = q.queued
+        return status, hdrs, out, True
+
+    def _count_wasted(self) -> None:
+        with self._lock:
+            self._stats.wasted += 1
 
     async def _decide(
         self, method: str, target: str, headers: dict[str, str], body: bytes
@@ -201,13 +370,26 @@ class FakeIdP:
     def configure(self, **changes: Any) -> None:
         """Change faults; thread-safe. ``refuse`` closes or reopens the listener."""
         refuse = changes.pop("refuse", None)
-        for key, value in changes.items():
-            if not hasattr(self.faults, key):
-                raise ValueError(f"unknown fault {key!r}")
-            setattr(self.faults, key, value)
+        self._set_faults(changes)
+        if self._loop is not None:
+            # A larger capacity admits waiters now, not when the next one leaves.
+            self._loop.call_soon_threadsafe(self._queue.dispatch)
         if refuse is not None and self._loop is not None:
             fut = asyncio.run_coroutine_threadsafe(self._set_refuse(bool(refuse)), self._loop)
             fut.result(timeout=5)
+
+    def _set_faults(self, changes: dict[str, Any]) -> None:
+        for key in changes:
+            if not hasattr(self.faults, key):
+                raise ValueError(f"unknown fault {key!r}")
+        capacity = changes.get("capacity", self.faults.capacity)
+        if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+            raise ValueError("capacity must be a positive integer or null")
+        for key in ("service_time", "max_queue_wait"):
+            if key in changes and not (isinstance(changes[key], int | float) and changes[key] >= 0):
+                raise ValueError(f"{key} must be a non-negative number")
+        for key, value in changes.items():
+            setattr(self.faults, key, value)
 
     def reset(self) -> None:
         self.configure(**{**asdict(Faults())})
@@ -220,7 +402,12 @@ class FakeIdP:
     def stats(self) -> Stats:
         with self._lock:
             s = self._stats
-            return Stats(s.calls, dict(s.by_status), s.in_flight, s.max_in_flight, list(s.arrivals))
+            return replace(
+                s,
+                by_status=dict(s.by_status),
+                arrivals=list(s.arrivals),
+                queue_waits=list(s.queue_waits),
+            )
 
     @property
     def calls(self) -> int:
@@ -241,31 +428,24 @@ class FakeIdP:
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         if method == "GET" and target == "/_fake/stats":
-            s = self.stats()
-            return _json(
-                200,
-                {
-                    "calls": s.calls,
-                    "by_status": s.by_status,
-                    "in_flight": s.in_flight,
-                    "max_in_flight": s.max_in_flight,
-                },
-            )
+            # Sampled every 0.5 s during load: no copies of the raw lists.
+            with self._lock:
+                summary = self._stats.as_dict()
+            return _json(200, summary)
         if method == "POST" and target == "/_fake/faults":
             try:
                 changes = json.loads(body or b"{}")
                 refuse = changes.pop("refuse", None)
-                for key, value in changes.items():
-                    if not hasattr(self.faults, key):
-                        raise ValueError(f"unknown fault {key!r}")
-                    setattr(self.faults, key, value)
+                self._set_faults(changes)
+                self._queue.dispatch()
                 if refuse is not None:
                     await self._set_refuse(bool(refuse))
             except ValueError as exc:
                 return _json(400, {"error": str(exc)})
             return _json(200, asdict(self.faults))
         if method == "POST" and target == "/_fake/reset":
-            self.faults = Faults()
+            self._set_faults(asdict(Faults()))
+            self._queue.dispatch()
             await self._set_refuse(False)
             self.reset_stats()
             return _json(200, asdict(self.faults))
@@ -280,8 +460,19 @@ class FakeIdP:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+
+        async def answer(
+            method: str, target: str, headers: dict[str, str], body: bytes
+        ) -> tuple[int, dict[str, str], bytes]:
+            status, hdrs, out, served = await self._answer_served(method, target, headers, body)
+            # serve_h11 writes the answer next, with no await in between: a caller who
+            # closed the connection (a client timeout) will never read it.
+            if served and (reader.at_eof() or writer.is_closing()):
+                self._count_wasted()
+            return status, hdrs, out
+
         try:
-            await serve_h11(reader, writer, self._answer)
+            await serve_h11(reader, writer, answer)
         finally:
             self._writers.discard(writer)
 

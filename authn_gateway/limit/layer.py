@@ -1,0 +1,49 @@
+"""The concurrency-limit layer: a call goes to the IdP only with a slot under the
+adaptive limit, and every call's latency feeds the limit.
+
+It sits below the breaker (a refusal here is :class:`HeldBack`: the IdP was not asked,
+so the breaker does not count it) and above the budget and the deadline. The cache
+layer above says, through :data:`HAS_FALLBACK`, whether the review could be answered
+stale: such calls wait behind those for never-seen tokens.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+from backends.base import Authenticator, HeldBack, Unavailable, Verdict
+
+from ..layer import Layer
+from ..metrics import Metrics
+from .slots import ConcurrencyLimiter, Priority, Refusal
+
+#: Set by the cache layer around the call it makes for one key: True when a stale
+#: entry could answer the review meanwhile.
+HAS_FALLBACK: ContextVar[bool] = ContextVar("authn_gateway_has_fallback", default=False)
+
+_SATURATED = HeldBack("IdP saturated: no call slot in time")
+
+
+class ConcurrencyLayer(Layer):
+    def __init__(self, inner: Authenticator, limiter: ConcurrencyLimiter, metrics: Metrics) -> None:
+        super().__init__(inner)
+        self.limiter = limiter
+        self.metrics = metrics
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        priority = Priority.HAS_FALLBACK if HAS_FALLBACK.get() else Priority.NO_FALLBACK
+        slot = await self.limiter.acquire(priority, deadline)
+        if isinstance(slot, Refusal):
+            self.metrics.concurrency_refusal(self.name, slot.value)
+            return Verdict(_SATURATED, self.name)
+        self.metrics.slot_waited(self.name, slot.waited)
+        try:
+            verdict = await self.inner.review(token, audiences, deadline)
+            outcome = verdict.outcome
+            # A failure or timeout is a drop; a call held back below was never sent.
+            dropped = isinstance(outcome, Unavailable) and not isinstance(outcome, HeldBack)
+            self.limiter.release(slot, verdict.call_seconds, dropped)
+        finally:
+            if not slot.done:
+                self.limiter.release(slot, rtt=None)  # cancelled: nothing learnt
+        return verdict

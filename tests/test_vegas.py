@@ -1,0 +1,151 @@
+"""The adaptive limit's rule, on an injected clock against a modelled FIFO IdP.
+
+The model: an IdP with C workers and service time S, fed by a client that always has
+more calls than the limit lets out. With L calls in flight it answers min(L, C)/S
+calls per second, each after S * max(1, L/C) (FIFO: the L - C extra calls queue).
+"""
+
+from __future__ import annotations
+
+from authn_gateway.limit.vegas import VegasLimit, VegasSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(limit: VegasLimit, clock: Clock, capacity: int, service: float, seconds: float) -> None:
+    """Drive ``limit`` for ``seconds`` of model time against the modelled IdP."""
+    end = clock.now + seconds
+    while clock.now < end:
+        in_flight = limit.limit
+        clock.now += service / min(in_flight, capacity)
+        limit.sample(service * max(1.0, in_flight / capacity), in_flight)
+
+
+def settled(limit: VegasLimit, clock: Clock, capacity: int, service: float) -> list[int]:
+    """The limits seen over 20 more seconds (probe windows left out)."""
+    seen = []
+    for _ in range(200):
+        run(limit, clock, capacity, service, 0.1)
+        if not limit.probing:
+            seen.append(limit.limit)
+    return seen
+
+
+def assert_near_capacity(seen: list[int], capacity: int, s: VegasSettings) -> None:
+    # Keeps the IdP busy (more in flight than its workers) with a short queue.
+    assert min(seen) >= capacity + 1, seen
+    assert max(seen) <= capacity + s.beta + 2, seen
+
+
+def test_the_limit_settles_a_few_calls_above_the_idps_capacity() -> None:
+    clock = Clock()
+    s = VegasSettings()
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.05, seconds=60)
+    assert_near_capacity(settled(limit, clock, 4, 0.05), 4, s)
+    # The probe windows run at a quarter of the limit: near, if not at, the no-load 50 ms.
+    assert limit.base_rtt is not None and 0.0499 <= limit.base_rtt <= 0.065
+
+
+def test_the_limit_follows_the_capacity_halved_then_doubled() -> None:
+    clock = Clock()
+    s = VegasSettings()
+    limit = VegasLimit(s, clock)
+    for capacity in (4, 2, 8, 16):
+        run(limit, clock, capacity, 0.05, seconds=60)
+        assert_near_capacity(settled(limit, clock, capacity, 0.05), capacity, s)
+
+
+def test_a_ten_times_slower_idp_needs_no_other_settings() -> None:
+    clock = Clock()
+    s = VegasSettings()
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.5, seconds=300)
+    assert_near_capacity(settled(limit, clock, 4, 0.5), 4, s)
+
+
+def test_a_limit_started_far_above_capacity_finds_the_no_load_latency() -> None:
+    # Started at 100 with an IdP of 4 workers, no call ever sees 50 ms until the
+    # probe windows halve the limit.
+    clock = Clock()
+    s = VegasSettings(initial=100)
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.05, seconds=120)
+    assert_near_capacity(settled(limit, clock, 4, 0.05), 4, s)
+
+
+def test_the_baseline_follows_an_idp_whose_service_time_grew() -> None:
+    clock = Clock()
+    s = VegasSettings()
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.05, seconds=60)
+    # The database got slower: every answer now takes 200 ms at best.
+    run(limit, clock, capacity=4, service=0.2, seconds=s.base_horizon + 60)
+    assert limit.base_rtt is not None and 0.199 <= limit.base_rtt <= 0.26
+    assert_near_capacity(settled(limit, clock, 4, 0.2), 4, s)
+
+
+def test_a_failed_or_timed_out_call_cuts_the_limit_by_the_backoff() -> None:
+    clock = Clock()
+    s = VegasSettings(initial=20, min_samples=1, min_window=0.0, probe_interval=1e9)
+    limit = VegasLimit(s, clock)
+    clock.now = 1.0
+    limit.sample(0.05, in_flight=20)  # the first window; the start-up probe follows
+    clock.now = 2.0
+    limit.sample(0.05, in_flight=10)  # the probe window
+    assert not limit.probing
+    before = limit.estimate
+    clock.now = 3.0
+    limit.sample(1.0, in_flight=20, dropped=True)
+    assert limit.estimate == before * s.backoff
+
+
+def test_a_client_using_few_slots_does_not_grow_the_limit() -> None:
+    clock = Clock()
+    limit = VegasLimit(VegasSettings(initial=20, probe_interval=1e9), clock)
+    for _ in range(1000):
+        clock.now += 0.01
+        limit.sample(0.05, in_flight=3)
+    assert limit.limit == 20
+
+
+def test_one_slow_call_in_a_window_moves_the_limit_by_at_most_one() -> None:
+    clock = Clock()
+    s = VegasSettings(initial=10, probe_interval=1e9)
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=10, service=0.05, seconds=5)
+    before = limit.estimate
+    for i in range(s.min_samples):
+        clock.now += 0.02
+        limit.sample(2.0 if i == 0 else 0.05, in_flight=limit.limit)
+    assert abs(limit.estimate - before) <= 1
+
+
+def test_the_limit_never_leaves_its_bounds() -> None:
+    clock = Clock()
+    s = VegasSettings(initial=5, min_limit=2, max_limit=12)
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=100, service=0.05, seconds=60)
+    assert limit.limit == 12
+    for _ in range(100):
+        clock.now += 0.2
+        limit.sample(1.0, in_flight=12, dropped=True)
+    assert limit.limit == 2
+
+
+def test_a_brownout_after_a_fast_period_is_rebaselined_within_a_probe_interval() -> None:
+    # Found in the brownout scenario: 1 ms answers before, 50 ms during. The old
+    # baseline would read every call as queued and hold the limit under capacity.
+    clock = Clock()
+    s = VegasSettings()
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.001, seconds=20)
+    run(limit, clock, capacity=4, service=0.05, seconds=s.probe_interval + 5)
+    assert limit.base_rtt is not None and limit.base_rtt >= 0.0499
+    assert_near_capacity(settled(limit, clock, 4, 0.05), 4, s)
