@@ -687,9 +687,11 @@ async def test_a_flood_of_random_tokens_never_evicts_a_known_user(
     fake_idp.reset_stats()
     junk = [f"junk-{uuid.uuid4().hex}" for _ in range(2000)]
     answers = await storm(gw, junk)
-    assert all(a == {"authenticated": False} for a in answers)
-    # Every junk token was a real refusal from the IdP, cached as one.
-    assert fake_idp.stats().by_status == {401: 2000}
+    assert not any(a["authenticated"] for a in answers)
+    # Junk the IdP refused, cached as refusals: many times the 50 identities' room
+    # (the concurrency limit may refuse some of the storm before the IdP).
+    statuses = fake_idp.stats().by_status
+    assert set(statuses) == {401} and statuses[401] > 500
     userinfo_still_serving(gw, fake_idp)
 
 
