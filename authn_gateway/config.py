@@ -207,7 +207,11 @@ class ReadinessSettings(Strict):
 class CacheDefaults(CacheSettings):
     """Gateway-wide cache defaults; a backend's own ``cache:`` replaces them."""
 
+    # Identities kept in each process (LRU among identities only).
     max_entries: int = Field(default=100_000, ge=1)
+    # Refusals, in an LRU of their own: a flood of invalid tokens evicts only older
+    # refusals, never an identity. With Redis, at most this many are shared per minute.
+    max_negative_entries: int = Field(default=50_000, ge=1)
 
 
 class InboundLimitSettings(Strict):

@@ -8,18 +8,13 @@ import logging
 import time
 from dataclasses import replace
 
-from backends.base import Authenticated, Authenticator, Rejected, Unavailable, Verdict
+from backends.base import Authenticator, Unavailable, Verdict
 
+from .internal_errors import internal_error
 from .layer import Layer
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-
-def _kind(outcome: object) -> str:
-    if isinstance(outcome, Authenticated):
-        return "authenticated"
-    return "rejected" if isinstance(outcome, Rejected) else "unavailable"
 
 
 class DeadlineLayer(Layer):
@@ -35,12 +30,12 @@ class DeadlineLayer(Layer):
                 verdict = await self.inner.review(token, audiences, deadline)
         except TimeoutError:
             verdict = Verdict(Unavailable(f"no answer within {self.seconds:g}s"), self.name)
-        except Exception:
-            log.exception("backend %s raised; answering unavailable", self.name)
-            verdict = Verdict(Unavailable("internal error"), self.name)
+        except Exception as exc:
+            # A bug of ours: not a 500, not an "invalid token", not the IdP's fault.
+            verdict = Verdict(internal_error(self.name, exc, self.metrics), self.name)
         outcome = verdict.outcome
         seconds = time.perf_counter() - started
-        self.metrics.backend_call(self.name, _kind(outcome), seconds)
+        self.metrics.backend_outcome(self.name, outcome, seconds)
         # The layers above (breaker: slow calls; concurrency limit: latency) read it.
         verdict = replace(verdict, call_seconds=seconds)
         if isinstance(outcome, Unavailable) and outcome.misconfigured:

@@ -12,11 +12,12 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from backends.base import Authenticated, Unavailable, Verdict
+from backends.base import Authenticated, Verdict
 
 from .audit import AuditLog
 from .callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
 from .gateway import Gateway
+from .internal_errors import internal_error
 from .pipeline import GATEWAY
 from .reviewlog import ReviewLog
 from .tokenreview import BadReview, parse_review, render_error, render_verdict
@@ -151,10 +152,9 @@ class ReviewEndpoint:
         caller = caller_identity(scope)
         try:
             verdict = await self.pipeline.review(review.token, review.audiences, caller)
-        except Exception:
+        except Exception as exc:
             # Last line of defence: the answer rules never allow a 500.
-            log.exception("review pipeline failed")
-            verdict = Verdict(Unavailable("internal error"), GATEWAY)
+            verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
         outcome = verdict.outcome
         body, answer = render_verdict(review.api_version, verdict)
         await _send(send, 200, body)

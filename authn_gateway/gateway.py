@@ -83,10 +83,16 @@ class Gateway:
 
     def _stores_for(self, config: GatewayConfig) -> Stores:
         if config.redis is None:
-            return MemoryStores(config.cache.max_entries)
+            return MemoryStores(config.cache.max_entries, config.cache.max_negative_entries)
         from .stores import RedisStores
 
-        return RedisStores(config.redis, self.hasher, self.metrics, config.cache.max_entries)
+        return RedisStores(
+            config.redis,
+            self.hasher,
+            self.metrics,
+            config.cache.max_entries,
+            max_negative_entries=config.cache.max_negative_entries,
+        )
 
     def _inbound(self) -> InboundLimiter | None:
         inbound = self.config.inbound_limit

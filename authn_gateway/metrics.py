@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from backends.base import Outcome, Rejected
+
 from .breaker.machine import STATES
 from .logsink import all_sinks
 
@@ -75,6 +77,20 @@ class Metrics:
             "Latency of calls to an identity provider.",
             ["backend"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.backend_rejections = Counter(
+            f"{PREFIX}_backend_rejections",
+            "Rejections answered by backend calls, by cause: idp (the IdP refused the token), "
+            "unsendable (the protocol cannot carry the token), unmapped (the IdP's answer "
+            "lacks what the identity mapping needs).",
+            ["backend", "cause"],
+            registry=r,
+        )
+        self.internal_errors = Counter(
+            f"{PREFIX}_internal_errors",
+            "Reviews answered 'internal error' (a bug of ours), by where and exception type.",
+            ["where", "error"],
             registry=r,
         )
         self.backend_misconfigured = Counter(
@@ -139,6 +155,12 @@ class Metrics:
             f"{PREFIX}_redis_mode",
             "Fleet state mode (1 = current): shared, local or none.",
             ["mode"],
+            registry=r,
+        )
+        self.cache_negatives_unshared = Counter(
+            f"{PREFIX}_cache_negatives_unshared",
+            "Refusals kept out of Redis because this minute's fleet-wide budget "
+            "(cache.max_negative_entries) was spent: a flood of invalid tokens.",
             registry=r,
         )
         self.redis_mode_changes = Counter(
@@ -232,6 +254,15 @@ class Metrics:
     def backend_call(self, backend: str, outcome: str, seconds: float) -> None:
         self._child(self.backend_calls, backend, outcome).inc()
         self._child(self.backend_latency, backend).observe(seconds)
+
+    def backend_outcome(self, backend: str, outcome: Outcome, seconds: float) -> None:
+        """One finished backend call: its outcome, latency and, for a rejection, its cause."""
+        self.backend_call(backend, type(outcome).__name__.lower(), seconds)
+        if isinstance(outcome, Rejected):
+            self._child(self.backend_rejections, backend, outcome.cause).inc()
+
+    def internal_error(self, where: str, error: str) -> None:
+        self._child(self.internal_errors, where, error).inc()
 
     def limiter_refusal(self, limiter: str, backend: str) -> None:
         self._child(self.limited, limiter, backend).inc()

@@ -1,11 +1,12 @@
 """The review path, top to bottom.
 
     TokenReview in
-      -> inbound limit (per caller)
       -> pre-rejection (control characters, service-account JWTs, per-backend rules)
       -> route (prefix, or the chain) to a target Authenticator
       -> target.review: [audiences] -> [chain] -> each backend's stack
          (token rules, cache, breaker, budget, deadline, backend; see stack.py)
+         the inbound limit (per caller) is charged by the cache layer on a miss only:
+         a cache hit is never refused (admission.py)
     answer out
 
 Every step below the route answers the same interface (:class:`Authenticator`), so
@@ -17,8 +18,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from backends.base import Authenticator, Rejected, Unavailable, Verdict
+from backends.base import Authenticator, Rejected, Verdict
 
+from . import admission
+from .admission import InboundCharge
 from .bucket.memory import InboundLimiter
 from .metrics import Metrics
 from .prerejection import prerejection_reason
@@ -49,10 +52,19 @@ class Pipeline:
         self.metrics = metrics
 
     async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
-        if self.inbound is not None and not self.inbound.allow(caller):
-            self.metrics.limiter_refusal("inbound", GATEWAY)
-            return Verdict(Unavailable("caller exceeded its review rate"), GATEWAY)
+        charge = None
+        if self.inbound is not None:
+            charge = InboundCharge(self.inbound, caller, self._inbound_refused)
+        scope = admission.begin(charge)
+        try:
+            return await self._review(token, audiences)
+        finally:
+            admission.end(scope)
 
+    def _inbound_refused(self) -> None:
+        self.metrics.limiter_refusal("inbound", GATEWAY)
+
+    async def _review(self, token: str, audiences: tuple[str, ...]) -> Verdict:
         reason = prerejection_reason(token, self.reject_service_accounts)
         if reason is not None:
             self.metrics.prerejection(reason)

@@ -166,6 +166,15 @@ LAYERS: tuple[LayerFactory, ...] = (
 )
 
 
+#: The layers of a backend that makes no remote call (static tokens): a deadline and its
+#: exception guard, and the token rules. No cache, breaker or budget (Backend.remote).
+LOCAL_LAYERS: tuple[LayerFactory, ...] = (deadline_layer, token_rules)
+
+
+def layers_for(backend: Backend) -> tuple[LayerFactory, ...]:
+    return LAYERS if backend.remote else LOCAL_LAYERS
+
+
 def outbound_bucket(settings: BackendSettings, stores: Stores) -> TokenBucket:
     """The backend's call budget: built before the backend, which is handed it."""
     b = settings.bucket
@@ -180,8 +189,11 @@ def build_stack(
     stores: Stores,
     metrics: Metrics,
     hasher: TokenHasher,
-    layers: tuple[LayerFactory, ...] = LAYERS,
+    layers: tuple[LayerFactory, ...] | None = None,
 ) -> BackendStack:
+    """Wrap ``backend`` in ``layers`` (by default :func:`layers_for` the backend)."""
+    if layers is None:
+        layers = layers_for(backend)
     handle = BackendStack(settings.name, settings, backend, backend, bucket)
     ctx = StackContext(settings, config, stores, metrics, hasher, handle)
     top: Authenticator = backend

@@ -71,8 +71,8 @@ class Stores(Protocol):
 
 
 class MemoryStores:
-    def __init__(self, max_entries: int) -> None:
-        self._cache = MemoryStore(max_entries)
+    def __init__(self, max_entries: int, max_negative_entries: int | None = None) -> None:
+        self._cache = MemoryStore(max_entries, max_negative_entries)
         self._buckets = MemoryBucketStore()
 
     def cache_store(self) -> MemoryStore:
@@ -113,13 +113,18 @@ class RedisStores:
         metrics: Metrics,
         max_entries: int,
         link: RedisLink | None = None,
+        max_negative_entries: int = 50_000,
     ) -> None:
         self.settings = settings
         self.link = link or RedisLink(settings, metrics)
         self._hasher = hasher
         self._background = Background()
         self._cache = TieredCacheStore(
-            MemoryStore(max_entries), self.link, EntryCodec(hasher), metrics
+            MemoryStore(max_entries, max_negative_entries),
+            self.link,
+            EntryCodec(hasher),
+            metrics,
+            max_negative_entries=max_negative_entries,
         )
         self._buckets = RedisBucketStore(
             self.link, settings.expected_replicas, self._background.spawn
@@ -202,6 +207,7 @@ def local_breaker(
         failure_rate=failure_rate,
         slow_calls=slow_calls,
         max_in_flight=local_ceiling(settings, share),
+        max_hold=b.max_retry_after_seconds,
     )
 
 

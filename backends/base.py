@@ -9,6 +9,14 @@ layer in front of it depends on that split, so it lives in the types:
 * :class:`Unavailable`   - the IdP could not answer (never cached, counted by the
   breaker, answered with ``status.error`` so kube-apiserver does not cache it).
 
+Only the IdP's own health counts against its breaker: connection failures, timeouts,
+5xx, 429 and bodies it cannot have meant. Nothing a client controls may count. So a
+token the protocol cannot carry (not ASCII for an HTTP header, a password SASLprep
+refuses) is a :class:`Rejected` with ``cause="unsendable"``: such a token cannot be
+valid. An IdP answer that lacks what the mapping needs (no username claim) is a
+:class:`Rejected` with ``cause="unmapped"``. A bug of ours is an
+:class:`InternalError`, which the breaker ignores like :class:`HeldBack`.
+
 Backends translate every library exception into one of these at their edge;
 nothing further in guesses from exception text.
 
@@ -21,12 +29,17 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
     from .shared import SharedBlobs
+
+#: Why a backend refused: the IdP's verdict on the token ("idp"), a token the protocol
+#: cannot carry ("unsendable"), or an IdP answer that lacks what the identity mapping
+#: needs ("unmapped"). A metric label, so the set is closed.
+RejectionCause = Literal["idp", "unsendable", "unmapped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +68,7 @@ class Authenticated:
 class Rejected:
     # For logs only; kube-apiserver gets a bare "authenticated: false".
     reason: str
+    cause: RejectionCause = "idp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +80,11 @@ class Unavailable:
     # A configuration problem (Keystone 403, LDAP bind DN refused): logged loudly.
     misconfigured: bool = False
 
+    @property
+    def blames_idp(self) -> bool:
+        """Whether this answer counts against the IdP's breaker."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class HeldBack(Unavailable):
@@ -76,6 +95,20 @@ class HeldBack(Unavailable):
     its ticket instead of counting a failure. Only a :class:`~backends.budget.CallBudget`
     refusal or the concurrency-limit layer produces it.
     """
+
+    @property
+    def blames_idp(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class InternalError(Unavailable):
+    """A bug of ours (an exception nobody expected): the IdP did nothing wrong, so the
+    breaker releases its ticket, as for :class:`HeldBack`."""
+
+    @property
+    def blames_idp(self) -> bool:
+        return False
 
 
 Outcome = Authenticated | Rejected | Unavailable
@@ -129,6 +162,10 @@ class Backend(abc.ABC):
 
     #: Backend kind, e.g. "keystone"; used in metrics together with :attr:`name`.
     kind: str = "abstract"
+    #: Whether answering calls a remote IdP. A backend that does not (static tokens)
+    #: gets no cache, breaker or bucket: they would protect nothing, and anyone could
+    #: empty its bucket or keep a removed token alive in its cache.
+    remote: bool = True
     #: False for backends that answer locally (jwt): the pipeline's per-review breaker
     #: and outbound bucket then do not apply; such a backend protects its own IdP calls.
     calls_idp_per_review: bool = True

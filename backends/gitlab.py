@@ -32,7 +32,15 @@ from pydantic import Field, model_validator
 
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
 from .budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
-from .http import PoolSettings, TLSClientSettings, make_client, server_failure, transport_failure
+from .http import (
+    PoolSettings,
+    TLSClientSettings,
+    header_safe,
+    make_client,
+    server_failure,
+    transport_failure,
+    unsendable,
+)
 from .registry import register
 from .settings import BackendSettings, NonNegativeFloat, Strict
 
@@ -149,9 +157,7 @@ class GitLabBackend(Backend):
     def could_accept(self, token: str) -> bool:
         # GitLab tokens are printable ASCII without spaces; anything else is never
         # valid, and would not survive an HTTP header anyway.
-        if not (token.isascii() and token.isprintable()) or " " in token:
-            return False
-        return not token.startswith(self._foreign_prefixes)
+        return header_safe(token) and not token.startswith(self._foreign_prefixes)
 
     def token_kind(self, token: str) -> TokenKind:
         if token.startswith(self._pat_prefixes):
@@ -159,6 +165,9 @@ class GitLabBackend(Backend):
         return self._s.default_token_type
 
     async def authenticate(self, token: str) -> Outcome:
+        refusal = unsendable(token)
+        if refusal is not None:
+            return refusal
         kind = self.token_kind(token)
         auth = (
             {"PRIVATE-TOKEN": token} if kind == "personal" else {"Authorization": f"Bearer {token}"}

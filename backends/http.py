@@ -8,17 +8,21 @@ Per-call policy is a transport wrapper under the client: the call budget
 
 from __future__ import annotations
 
-import email.utils
+import logging
+import re
 import ssl
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 from pydantic import Field
 
-from .base import BackendConfigError, Unavailable
+from .base import BackendConfigError, Rejected, Unavailable
 from .budget import BudgetedTransport, CallBudget, CallHeldBack
 from .settings import Strict, TimeoutSettings
+
+log = logging.getLogger(__name__)
 
 
 class TLSClientSettings(Strict):
@@ -138,6 +142,24 @@ def make_client(
     )
 
 
+def header_safe(token: str) -> bool:
+    """Whether ``token`` can travel in an HTTP header as it is: visible ASCII, no spaces.
+
+    RFC 6750 bearer tokens (and GitLab's, Keystone's) are a subset. kube-apiserver passes
+    on any text a client sent, with bytes that are not UTF-8 turned into U+FFFD, and
+    httpx cannot encode anything but ASCII into a header.
+    """
+    return token.isascii() and token.isprintable() and " " not in token
+
+
+def unsendable(token: str) -> Rejected | None:
+    """A refusal for a token no HTTP IdP can be sent, hence none can have issued; else None."""
+    if header_safe(token):
+        return None
+    # Never the IdP's fault, so a plain refusal: it must not count against the breaker.
+    return Rejected("token cannot be sent in an HTTP header (not visible ASCII)", "unsendable")
+
+
 def transport_failure(exc: httpx.HTTPError) -> Unavailable:
     """Map an httpx exception to a short, secret-free reason."""
     if isinstance(exc, CallHeldBack):
@@ -151,26 +173,97 @@ def transport_failure(exc: httpx.HTTPError) -> Unavailable:
     return Unavailable(f"transport error ({type(exc).__name__})")
 
 
+# RFC 9110 section 5.6.7: IMF-fixdate, and the obsolete RFC 850 and asctime forms a
+# recipient must still accept. ASCII digits only (re.ASCII): "\d" would take "٣".
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_HTTP_DATES = (
+    re.compile(
+        rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?P<d>\d\d) (?P<m>{_MONTHS}) (?P<y>\d{{4}}) "
+        r"(?P<t>\d\d:\d\d:\d\d) GMT",
+        re.ASCII,
+    ),
+    re.compile(
+        rf"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), (?P<d>\d\d)-"
+        rf"(?P<m>{_MONTHS})-(?P<y>\d\d) (?P<t>\d\d:\d\d:\d\d) GMT",
+        re.ASCII,
+    ),
+    re.compile(
+        rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<m>{_MONTHS}) (?P<d>[ \d]\d) "
+        r"(?P<t>\d\d:\d\d:\d\d) (?P<y>\d{4})",
+        re.ASCII,
+    ),
+)
+_DIGITS = re.compile(r"\d+", re.ASCII)
+# Past this many digits a delay is "very long" either way; the breaker caps it
+# (breaker.max_retry_after_seconds), and int() refuses strings over 4300 digits.
+_MAX_DIGITS = 12
+
+
+def _integer(value: str) -> int | None:
+    if not _DIGITS.fullmatch(value):
+        return None
+    return int(value) if len(value) <= _MAX_DIGITS else 10**_MAX_DIGITS
+
+
+def http_date(value: str) -> float | None:
+    """An HTTP date (RFC 9110 section 5.6.7) as Unix time, or None if it is not one."""
+    for form in _HTTP_DATES:
+        m = form.fullmatch(value)
+        if m is None:
+            continue
+        year = int(m["y"])
+        if year < 100:
+            # RFC 850's two-digit year: the most recent year with those digits that is
+            # not more than 50 years in the future (RFC 9110).
+            this_year = datetime.now(UTC).year
+            year += this_year - this_year % 100
+            if year > this_year + 50:
+                year -= 100
+        hour, minute, second = (int(x) for x in m["t"].split(":"))
+        try:
+            when = datetime(
+                year, _MONTHS.split("|").index(m["m"]) + 1, int(m["d"]), hour, minute,
+                second, tzinfo=UTC,
+            )  # fmt: skip
+        except ValueError:  # 31 Feb, 25:00:00
+            return None
+        return when.timestamp()
+    return None
+
+
 def retry_after_seconds(response: httpx.Response, now: float | None = None) -> float | None:
-    """Seconds to stay away, from ``Retry-After`` (delta or HTTP date) or ``RateLimit-Reset``."""
+    """Seconds to stay away, from ``Retry-After`` or else ``RateLimit-Reset``.
+
+    Parsed strictly: ``Retry-After`` is delay-seconds (ASCII digits) or an HTTP date;
+    ``RateLimit-Reset`` is digits, a Unix time when larger than 10^9 (GitLab), else a
+    delay (the IETF draft). Anything else is ignored with a warning. The breaker caps
+    what is left (``breaker.max_retry_after_seconds``): an IdP cannot hold it open
+    for ten years.
+    """
     now = time.time() if now is None else now
     value = response.headers.get("retry-after")
-    if value:
+    if value is not None:
         value = value.strip()
-        if value.isdigit():
-            return float(value)
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            when = None
+        seconds = _integer(value)
+        if seconds is not None:
+            return float(seconds)
+        when = http_date(value)
         if when is not None:
-            return max(0.0, when.timestamp() - now)
+            return max(0.0, when - now)
+        _ignored("Retry-After", value, "delay-seconds nor an HTTP date")
     reset = response.headers.get("ratelimit-reset")
-    if reset and reset.strip().isdigit():
-        # GitLab sends a Unix time here; small numbers are deltas (IETF draft form).
-        seconds = float(reset)
-        return max(0.0, seconds - now) if seconds > 1_000_000_000 else seconds
+    if reset is not None:
+        reset = reset.strip()
+        number = _integer(reset)
+        if number is not None:
+            return max(0.0, number - now) if number > 1_000_000_000 else float(number)
+        _ignored("RateLimit-Reset", reset, "whole seconds nor a Unix time")
     return None
+
+
+def _ignored(header: str, value: str, expected: str) -> None:
+    # The IdP's own header, not a secret; cut short all the same.
+    log.warning("IdP sent a %s that is neither %s (%r); ignored", header, expected, value[:40])
 
 
 def server_failure(backend_kind: str, response: httpx.Response) -> Unavailable:

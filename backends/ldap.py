@@ -45,9 +45,11 @@ from ldap3.core.exceptions import (
     LDAPCommunicationError,
     LDAPException,
     LDAPResponseTimeoutError,
+    LDAPSASLPrepError,
     LDAPSocketOpenError,
     LDAPStartTLSError,
 )
+from ldap3.protocol.sasl.sasl import validate_simple_password
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 from pydantic import Field, model_validator
@@ -209,6 +211,21 @@ def parse_token(token: str, token_format: TokenFormat = "base64") -> Credentials
     if not username.isprintable():
         return None
     return Credentials(username, password)
+
+
+#: Why a password can never be valid: a simple bind sends it through SASLprep (RFC 4013,
+#: RFC 4513 section 5.1.2), which refuses control characters, unassigned and private
+#: code points, and mixed right-to-left and left-to-right text.
+SASLPREP_REFUSAL = Rejected("password is not valid under SASLprep (RFC 4013)", "unsendable")
+
+
+def sendable_password(password: str) -> bool:
+    """Whether a simple bind can carry ``password`` (ldap3's own SASLprep check)."""
+    try:
+        validate_simple_password(password)
+    except LDAPSASLPrepError:
+        return False
+    return True
 
 
 # --- escaping and values ------------------------------------------------------------
@@ -522,12 +539,16 @@ class LDAPBackend(Backend):
     # -- the review
 
     def could_accept(self, token: str) -> bool:
-        return parse_token(token, self._s.token_format) is not None
+        creds = parse_token(token, self._s.token_format)
+        return creds is not None and sendable_password(creds.password)
 
     async def authenticate(self, token: str) -> Outcome:
         creds = parse_token(token, self._s.token_format)
         if creds is None:
             return Rejected("token is not username:password with both parts set")
+        if not sendable_password(creds.password):
+            # Refused here, before a thread or a connection: no such password can be valid.
+            return SASLPREP_REFUSAL
         return await self._in_thread(lambda: self._guarded(lambda: self._exchange(creds)))
 
     async def _in_thread(self, fn: Callable[[], T]) -> T:
@@ -610,6 +631,15 @@ class LDAPBackend(Backend):
             if conn.bind():
                 return conn
             result = conn.result
+        except LDAPSASLPrepError:
+            # ldap3 checks the password as it builds the bind request: the password
+            # can never be valid, which says nothing about the server.
+            _close(conn)
+            if user:
+                raise _Done(SASLPREP_REFUSAL) from None
+            raise _Done(
+                Unavailable("service account password fails SASLprep", misconfigured=True)
+            ) from None
         except BaseException:
             _close(conn)
             raise
@@ -697,8 +727,11 @@ class LDAPBackend(Backend):
         s = self._s
         username = entry.first(s.username_attribute)
         if not username:
-            return Unavailable(
-                f"user entry has no {s.username_attribute!r} attribute", misconfigured=True
+            # The password was right, so the directory is healthy: a refusal (an entry
+            # with a password but no name, such as a service entry), never "unavailable".
+            return Rejected(
+                f"user entry has no {s.username_attribute!r} attribute (username_attribute)",
+                "unmapped",
             )
         groups = s.groups
         names: list[str] = []

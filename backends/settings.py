@@ -131,6 +131,9 @@ class BreakerSettings(Strict):
     half_open_probes: Annotated[int, Field(ge=1)] = 1
     # Optional second trip condition; off when unset.
     failure_rate: FailureRateSettings | None = None
+    # Longest the breaker stays open because the IdP said so (Retry-After,
+    # RateLimit-Reset); longer requests are cut to this.
+    max_retry_after_seconds: PositiveFloat = 300.0
     # Slow-call trip condition; on by default, off with `slow_calls: null`.
     slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
 

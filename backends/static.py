@@ -100,6 +100,9 @@ def _token_rows(text: str, source: str) -> list[tuple[str, UserInfo, int]]:
 
 class StaticBackend(Backend):
     kind = "static"
+    # A table lookup: no cache, breaker or bucket in front (see Backend.remote), so an
+    # edit to the file takes effect at the next reload, removals and additions alike.
+    remote = False
 
     def __init__(self, settings: StaticSettings) -> None:
         super().__init__(settings.name)

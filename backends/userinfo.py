@@ -12,6 +12,7 @@ in-house token service) and is what the fault-injecting fake IdP speaks.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import httpx
@@ -19,7 +20,15 @@ from pydantic import Field
 
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
 from .budget import UNLIMITED, CallBudget
-from .http import PoolSettings, TLSClientSettings, make_client, server_failure, transport_failure
+from .http import (
+    PoolSettings,
+    TLSClientSettings,
+    header_safe,
+    make_client,
+    server_failure,
+    transport_failure,
+    unsendable,
+)
 from .registry import register
 from .settings import BackendSettings
 
@@ -53,7 +62,13 @@ class UserinfoBackend(Backend):
     async def close(self) -> None:
         await self._client.aclose()
 
+    def could_accept(self, token: str) -> bool:
+        return header_safe(token)
+
     async def authenticate(self, token: str) -> Outcome:
+        refusal = unsendable(token)
+        if refusal is not None:
+            return refusal
         try:
             response = await self._client.get(
                 self._s.url, headers={"Authorization": f"Bearer {token}"}
@@ -66,7 +81,7 @@ class UserinfoBackend(Backend):
             return server_failure(self.kind, response)
         try:
             claims = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return Unavailable("IdP sent a body that is not JSON")
         if not isinstance(claims, dict):
             return Unavailable("IdP sent a body that is not a JSON object")
@@ -75,17 +90,33 @@ class UserinfoBackend(Backend):
     def _map(self, claims: dict[str, Any]) -> Outcome:
         username = claims.get(self._s.username_claim)
         if not isinstance(username, str) or not username:
-            # Never a login with an empty name: the IdP answered, but not usably.
-            return Unavailable(f"IdP response has no {self._s.username_claim!r} claim")
+            # Never a login with an empty name. The IdP vouched for the token, so it is
+            # healthy: a refusal, not "unavailable" (client-credentials tokens of many
+            # OIDC IdPs carry no user name, and must not open the breaker).
+            return Rejected(
+                f"IdP accepted the token but its answer has no {self._s.username_claim!r} "
+                "claim (username_claim); a client-credentials token?",
+                "unmapped",
+            )
         groups = claims.get(self._s.groups_claim) or []
         if not isinstance(groups, list):
             groups = []
-        expiry = claims.get(self._s.expiry_claim)
         return Authenticated(
             UserInfo(
                 username=self._s.username_prefix + username,
                 uid=str(claims.get(self._s.uid_claim, "")),
                 groups=tuple(self._s.groups_prefix + str(g) for g in groups),
             ),
-            expires_at=float(expiry) if isinstance(expiry, int | float) else None,
+            expires_at=expiry_time(claims.get(self._s.expiry_claim)),
         )
+
+
+def expiry_time(value: Any) -> float | None:
+    """A Unix-time claim as a float, or None when it is absent or not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)  # an integer too large for a float raises OverflowError
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None

@@ -4,7 +4,8 @@ Each user is one kube-apiserver connection: ``POST /authenticate?timeout=30s`` w
 TokenReview (v1 or v1beta1) over one keep-alive connection, retrying the way
 kube-apiserver's webhook client does (:class:`Retrier`). Tokens come from populations
 (:class:`Tokens`): a hot set of valid tokens, a long tail of cold valid ones,
-invalid ones and Kubernetes service-account JWTs.
+invalid ones, Kubernetes service-account JWTs, and junk: a never-repeated random token
+per review, some of them not ASCII (an attacker's flood).
 
 Every HTTP attempt is a locust request named ``attempt``; every finished review is a
 ``REVIEW`` event named for its answer (authenticated, rejected, unavailable,
@@ -16,7 +17,7 @@ Configured by environment variables, because locust owns the command line:
 =========================  ====================================================
 ``LOADTEST_HOSTS``         comma-separated gateway URLs; user *i* uses host i % n
 ``LOADTEST_TOKENS``        ``idp`` (fake IdP), ``keystone`` or ``gitlab``
-``LOADTEST_MIX``           e.g. ``hot=0.85,cold=0.05,invalid=0.05,sa=0.05``
+``LOADTEST_MIX``           e.g. ``hot=0.85,cold=0.05,invalid=0.05,sa=0.05,junk=0``
 ``LOADTEST_HOT``           size of the hot set (200)
 ``LOADTEST_COLD``          size of the cold population (1,000,000)
 ``LOADTEST_RATE``          reviews per second per user (constant throughput, 10)
@@ -210,6 +211,8 @@ class Tokens:
     valid: Callable[[str, int], str]
     invalid: Callable[[int], str]
     mix: dict[str, float]
+    # Junk tokens start with this: the IdP's own syntax, so they cost it a call.
+    junk_prefix: str = "junk-"
     hot: int = 200
     cold: int = 1_000_000
     invalid_count: int = 50
@@ -242,21 +245,34 @@ class Tokens:
             return kind, self.valid(f"cold{n}", n), None
         if kind == "invalid":
             return kind, self.rng.choice(self._invalid), None
+        if kind == "junk":
+            return kind, self.junk(), None
         return "sa", self.rng.choice(self._sa), None
+
+    def junk(self) -> str:
+        """A token never sent before; one in four is not ASCII (U+FFFD, as kube-apiserver
+        passes on bytes that were not UTF-8)."""
+        tail = f"{self.rng.getrandbits(80):020x}"
+        if self.rng.random() < 0.25:
+            tail = tail[:10] + "\ufffd" + tail[10:]
+        return self.junk_prefix + tail
+
+
+POPULATIONS = ("hot", "cold", "invalid", "sa", "junk")
 
 
 def parse_mix(text: str) -> dict[str, float]:
     mix: dict[str, float] = {}
     for part in text.split(","):
         name, _, weight = part.partition("=")
-        if name.strip() not in ("hot", "cold", "invalid", "sa"):
+        if name.strip() not in POPULATIONS:
             raise ValueError(f"LOADTEST_MIX: unknown population {name.strip()!r}")
         mix[name.strip()] = float(weight)
     return mix
 
 
 def idp_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
-    return Tokens(lambda name, n: f"good-{name}", lambda i: f"bad-{i:08d}", mix, hot, cold)
+    return Tokens(lambda name, n: f"good-{name}", lambda i: f"bad-{i:08d}", mix, "junk-", hot, cold)
 
 
 def keystone_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
@@ -267,7 +283,7 @@ def keystone_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
         good = mint_token(f"gone{i}", nonce=i)
         return good[:-8] + ("A" if good[-8] != "A" else "B") + good[-7:]
 
-    return Tokens(lambda name, n: mint_token(name, nonce=n), invalid, mix, hot, cold)
+    return Tokens(lambda name, n: mint_token(name, nonce=n), invalid, mix, "gAAAAAjunk", hot, cold)
 
 
 #: Users in the fake GitLab's synthetic seed (``--synthetic-users``); tokens outside it
@@ -285,7 +301,7 @@ def gitlab_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
             i = hot + n % max(1, GITLAB_USERS - hot)
         return f"glpat-load-{i + 1:08d}-fake"
 
-    return Tokens(valid, lambda i: f"glpat-gone-{i:08d}-fake", mix, hot, cold)
+    return Tokens(valid, lambda i: f"glpat-gone-{i:08d}-fake", mix, "glpat-junk-", hot, cold)
 
 
 TOKEN_KINDS = {"idp": idp_tokens, "keystone": keystone_tokens, "gitlab": gitlab_tokens}
@@ -323,6 +339,10 @@ class Second:
     by_population: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     reauths: int = 0
+    # population -> answer -> reviews, so "known users served" can be told apart.
+    populations: defaultdict[str, Counter[str]] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )
 
 
 class Timeline:
@@ -341,6 +361,7 @@ class Timeline:
         s = self.seconds[int(time.time())]
         s.answers[answer] += 1
         if population:
+            s.populations[population][answer] += 1
             s.by_population[f"{population}/{answer}"] += 1
         s.latencies.append(ms)
         self.max_ms = max(self.max_ms, ms)
@@ -365,6 +386,7 @@ class Timeline:
                     "p50_ms": _pct(lat, 0.50),
                     "p99_ms": _pct(lat, 0.99),
                     "reauths": s.reauths,
+                    "populations": {k: dict(v) for k, v in s.populations.items()},
                 }
             )
         all_lat = sorted(x for s in self.seconds.values() for x in s.latencies)

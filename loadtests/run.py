@@ -124,6 +124,7 @@ def gateway_config(
     config: dict[str, Any] = {"logging": {"level": "warning"}}
     if protected:
         backend.update(scenario.backend)
+        config.update(scenario.gateway)
         if redis is not None:
             config["redis"] = {"url": redis.url}
             config["secret"] = SECRET
@@ -272,6 +273,16 @@ class Result:
         if len(self.marks) < 2:
             return None
         return self.marks[0][0], self.marks[-1][0]
+
+    def known_served(self, start: float = 0.0, end: float = float("inf")) -> float | None:
+        """Share of the hot (known) users' reviews answered "authenticated", in a window."""
+        served = total = 0
+        for r in self.timeline.get("rows", []):
+            if start <= r["t"] - self.started <= end:
+                hot = r.get("populations", {}).get("hot", {})
+                served += hot.get("authenticated", 0)
+                total += sum(hot.values())
+        return served / total if total else None
 
     def totals(self) -> dict[str, Any]:
         rows = self.timeline.get("rows", [])
@@ -557,6 +568,24 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
     add("5xx answers", [t["http_5xx"] for t in totals])
     if scenario.reauth:
         add("client re-logins", [t["reauths"] for t in totals])
+    if scenario.known_served_target is not None:
+        add("known users served", [_pct_or_dash(r.known_served()) for r in results])
+        windows = [r.fault_window for r in results]
+        add(
+            "  during the faults",
+            [
+                _pct_or_dash(r.known_served(*w) if w else None)
+                for r, w in zip(results, windows, strict=True)
+            ],
+        )
+        add("  target", [f"{100 * scenario.known_served_target:.0f} %"] * len(results))
+        add(
+            "limiter refusals",
+            [
+                int(r.samples[-1].refusals - r.samples[0].refusals) if r.samples else 0
+                for r in results
+            ],
+        )
     add("IdP calls", [r.idp_calls for r in results])
     if scenario.reauth:
         add(
@@ -613,6 +642,10 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
     for k in keys:
         add(k.replace("_", " "), [r.checks.get(k, "-") for r in results])
     return rows
+
+
+def _pct_or_dash(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f} %"
 
 
 def mean_capacity(scenario: Scenario) -> float:
@@ -676,7 +709,8 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = 5 if scenario.capacity is not None else 4
+    known = scenario.known_served_target is not None
+    panels = 5 if scenario.capacity is not None or known else 4
     fig, axes = plt.subplots(panels, 1, figsize=(8, 9 + 2 * (panels - 4)), sharex=True, dpi=80)
     colors = {"authenticated": "tab:green", "rejected": "tab:orange", "unavailable": "tab:red"}
     styles = {"gateway": "-", "pass-through": ":"}
@@ -706,6 +740,15 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
                 [BREAKER_LEVEL.get(x.breaker, 0) for x in res.samples],
                 where="post",
                 color="tab:red",
+            )
+        if known:
+            hot = [r.get("populations", {}).get("hot", {}) for r in rows]
+            axes[4].plot(
+                t,
+                [100 * h.get("authenticated", 0) / max(1, sum(h.values())) for h in hot],
+                ls,
+                color="tab:green",
+                label=f"known users authenticated, {res.mode}",
             )
         axes[3].plot(t, [r["p50_ms"] for r in rows], ls, color="tab:blue", label=f"p50 {res.mode}")
         axes[3].plot(t, [r["p99_ms"] for r in rows], ls, color="tab:red", label=f"p99 {res.mode}")
@@ -738,7 +781,15 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
     axes[3].set_ylabel("latency ms")
     axes[3].set_yscale("log")
     axes[3].legend(fontsize=7, loc="upper right", ncol=2)
-    if panels == 5:
+    if known:
+        assert scenario.known_served_target is not None
+        axes[4].axhline(
+            100 * scenario.known_served_target, color="grey", ls="--", lw=0.8, label="target"
+        )
+        axes[4].set_ylabel("known users %")
+        axes[4].set_ylim(-5, 105)
+        axes[4].legend(fontsize=7, loc="lower left")
+    if scenario.capacity is not None:
         axes[4].set_ylabel("calls")
         axes[4].set_yscale("symlog", linthresh=10)
         axes[4].legend(fontsize=7, loc="upper right", ncol=4)

@@ -39,6 +39,10 @@ class Scenario:
     backend: dict[str, Any] = field(default_factory=dict)
     # Fleet check: a cold token sent to every replica at once.
     cold_probe: bool = False
+    # Top-level gateway settings in protected mode (inbound_limit, cache, ...).
+    gateway: dict[str, Any] = field(default_factory=dict)
+    # Share of the hot (known) users' reviews that must be authenticated, if checked.
+    known_served_target: float | None = None
     # Brownout: the fake IdP in capacity mode from the start of the clock (after the
     # warm-up): at most `capacity` calls in service, `service_time` s each, FIFO.
     capacity: int | None = None
@@ -134,6 +138,37 @@ SCENARIOS: dict[str, Scenario] = {
                 Step(0.7, "Redis started", action="start_redis"),
             ),
             backend=_BREAKER,
+        ),
+        Scenario(
+            "hostile-flood",
+            "junk tokens at the inbound ceiling with the usual traffic; IdP down 40-75 %",
+            users=40,
+            rate=15.0,
+            # ~55 % junk: 330 never-repeated tokens/s, a quarter of them not ASCII.
+            mix="hot=0.4,cold=0.02,invalid=0.015,sa=0.015,junk=0.55",
+            hot=1000,
+            steps=(
+                Step(0.4, "IdP down (refused)", {"refuse": True}),
+                Step(0.75, "IdP back", {"refuse": False}),
+            ),
+            backend={
+                **_BREAKER,
+                # The bucket lets junk reach the IdP fast enough to fill any shared LRU.
+                "bucket": {"rate": 400, "burst": 400},
+                "cache": {
+                    "positive_ttl_seconds": 5,
+                    "negative_ttl_seconds": 30,
+                    "max_stale_seconds": 3600,
+                },
+            },
+            # One caller (kube-apiserver) for everyone, at its inbound ceiling; a cache
+            # with room for the known users, not for the junk as well.
+            gateway={
+                # Below the junk rate alone, so the ceiling binds on any machine.
+                "inbound_limit": {"rate": 150, "burst": 150},
+                "cache": {"max_entries": 2000},
+            },
+            known_served_target=0.99,
         ),
         Scenario(
             "fleet",

@@ -185,10 +185,21 @@ async def test_backend_exception_is_unavailable_not_a_crash() -> None:
 
 async def test_inbound_limit_answers_unavailable_per_caller() -> None:
     gw = gateway([{"name": "a"}], {"a": Scripted("a", OK)}, inbound_limit={"rate": 1, "burst": 2})
-    answers = [await gw.pipeline.review("t", (), "noisy") for _ in range(3)]
+    answers = [await gw.pipeline.review(f"t{i}", (), "noisy") for i in range(3)]
     assert isinstance(answers[2].outcome, Unavailable)
     assert "review rate" in answers[2].outcome.reason
-    assert isinstance((await gw.pipeline.review("t", (), "quiet")).outcome, Authenticated)
+    assert isinstance((await gw.pipeline.review("t2", (), "quiet")).outcome, Authenticated)
+
+
+async def test_inbound_limit_never_refuses_a_cache_hit() -> None:
+    backend = Scripted("a", OK)
+    gw = gateway([{"name": "a"}], {"a": backend}, inbound_limit={"rate": 1, "burst": 1})
+    assert isinstance((await gw.pipeline.review("known", (), "apiserver")).outcome, Authenticated)
+    assert isinstance((await gw.pipeline.review("new", (), "apiserver")).outcome, Unavailable)
+    for _ in range(50):
+        verdict = await gw.pipeline.review("known", (), "apiserver")
+        assert isinstance(verdict.outcome, Authenticated) and verdict.cached
+    assert backend.seen == ["known"]
 
 
 async def test_retry_after_keeps_the_breaker_open_for_that_long() -> None:

@@ -32,8 +32,8 @@ class BreakerLayer(Layer):
             return Verdict(_BUSY, self.name)
         verdict = await self.inner.review(token, audiences, deadline)
         outcome = verdict.outcome
-        if isinstance(outcome, HeldBack):
-            breaker.release(ticket)  # our own budget said no; the IdP is not at fault
+        if isinstance(outcome, Unavailable) and not outcome.blames_idp:
+            breaker.release(ticket)  # our own budget said no, or our own bug
             return verdict
         seconds = verdict.call_seconds
         breaker.record(ticket, outcome, seconds)

@@ -81,6 +81,9 @@ class CallGate(Protocol):
     def record(self, ticket: Admission, outcome: Outcome, seconds: float | None = None) -> None: ...
 
     @property
+    def max_hold(self) -> float: ...
+
+    @property
     def slow_threshold(self) -> float | None: ...
 
     def hold_open(self, seconds: float) -> None: ...
@@ -199,10 +202,12 @@ class Breaker:
         storage: pybreaker.CircuitBreakerStorage | None = None,
         on_transition: Callable[[str, str, str], None] | None = None,
         failure_rate: FailureRate | None = None,
+        max_hold: float = 300.0,
         slow_calls: SlowCalls | None = None,
         max_in_flight: int | None = None,
     ) -> None:
         self.name = name
+        self._max_hold = max_hold
         self._probes = probes
         self.slots = LocalSlots(max_in_flight) if max_in_flight is not None else None
         self._failure_rate = failure_rate
@@ -338,12 +343,29 @@ class Breaker:
             self._cb.open()
 
     @property
+    def max_hold(self) -> float:
+        """The longest a Retry-After may hold this breaker open."""
+        return self._max_hold
+
+    @property
     def slow_threshold(self) -> float | None:
         """Seconds from which a call counts as slow (None: the rule is off)."""
         return self._slow_calls.threshold if self._slow_calls is not None else None
 
     def hold_open(self, seconds: float) -> None:
-        """Stay open for ``seconds`` (the IdP sent Retry-After), then probe as usual."""
+        """Stay open for ``seconds`` (the IdP sent Retry-After), then probe as usual.
+
+        At most ``max_hold`` seconds (breaker.max_retry_after_seconds): one answer, from
+        the IdP or whatever sits in front of it, must not shut a backend for years.
+        """
+        if seconds > self._max_hold:
+            log.warning(
+                "breaker %s: IdP asked for %.0fs; holding open for max_retry_after_seconds (%gs)",
+                self.name,
+                seconds,
+                self._max_hold,
+            )
+            seconds = self._max_hold
         if self._cb.current_state != OPEN:
             self._cb.open()
         # opened_at is set so that opened_at + reset_timeout is the time the IdP asked for.

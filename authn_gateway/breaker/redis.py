@@ -224,8 +224,13 @@ class FleetBreaker:
             )
             self._adopt_reply(reply)
 
+    @property
+    def max_hold(self) -> float:
+        return self._local.max_hold
+
     def hold_open(self, seconds: float) -> None:
         """Open fleet-wide for ``seconds`` (Retry-After), then probe as usual."""
+        seconds = min(seconds, self.max_hold)  # breaker.max_retry_after_seconds
         self._local.hold_open(seconds)
         if self._link.shared:
             self.adopt(OPEN, time.time() + seconds - self._reset_timeout)

@@ -14,8 +14,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from backends.base import Authenticator, Unavailable, Verdict
+from backends.base import Authenticator, HeldBack, Unavailable, Verdict
 
+from ..admission import miss_allowed
 from ..coalesce import Coalescer
 from ..keys import TokenHasher
 from ..layer import Layer
@@ -68,6 +69,10 @@ class CacheLayer(Layer):
             self._background.spawn(self._refresh(key, token, audiences, deadline))
             self.metrics.cache(self.name, "stale_served")
             return Verdict(entry.outcome, self.name, stale=True, cached=True)
+        if not miss_allowed():
+            # Only reviews that need the IdP pay for the caller's rate; see admission.py.
+            refused = Verdict(HeldBack("caller exceeded its review rate"), self.name)
+            return self._stale_or(entry, refused)
         # Only the miss path pays for a timer. Leaving the flight early does not cancel
         # the shared call: other reviews may still be waiting for it.
         try:

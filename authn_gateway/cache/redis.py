@@ -5,6 +5,12 @@ a whole cached review). Redis is read on a local miss or when the local entry is
 no longer fresh, and written on every cacheable backend answer, with the entry's
 remaining lifetime as its TTL, so a new or restarted replica starts warm.
 
+Refusals cannot crowd identities out of Redis either (with ``allkeys-lru`` a full
+Redis evicts whatever was used least recently): at most ``max_negative_entries``
+refusals are written per minute, fleet-wide, each living at most a minute there, so at
+most twice that many are ever stored. Past the budget a refusal stays in the local tier
+only, and the flood is counted in ``authn_gateway_cache_negatives_unshared_total``.
+
 Write access to Redis must not let anyone mint an identity. Each value is
 ``HMAC(secret, key || payload) || payload``; binding the key stops an attacker
 from copying a valid entry under the key of a token they hold. Values that do not
@@ -33,6 +39,8 @@ from .policy import CacheEntry
 log = logging.getLogger(__name__)
 
 SIGNATURE_BYTES = 32
+# Refusals live at most this long in Redis, and their write budget renews this often.
+NEGATIVE_WINDOW_SECONDS = 60.0
 
 
 class EntryCodec:
@@ -88,8 +96,10 @@ class TieredCacheStore:
         codec: EntryCodec,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        max_negative_entries: int = 50_000,
     ) -> None:
         self._local = local
+        self._max_negative = max_negative_entries
         self._link = link
         self._codec = codec
         self._metrics = metrics
@@ -148,10 +158,31 @@ class TieredCacheStore:
 
     async def put(self, key: bytes, entry: CacheEntry) -> None:
         self._local.put_now(key, entry)
-        ttl_ms = int((entry.stale_until - self._clock()) * 1000)
+        now = self._clock()
+        ttl_ms = int((entry.stale_until - now) * 1000)
         if ttl_ms <= 0 or not self._link.shared:
             return
+        if not entry.positive:
+            ttl_ms = min(ttl_ms, int(NEGATIVE_WINDOW_SECONDS * 1000))
+            if not await self._negative_budget(now):
+                self._metrics.cache_negatives_unshared.inc()
+                return
         value = self._codec.encode(key, entry)
         redis_key = self._redis_key(key)
         # If Redis is down the local tier has it; other replicas ask the IdP themselves.
         await self._link.best_effort("cache_set", lambda r: r.set(redis_key, value, px=ttl_ms))
+
+    async def _negative_budget(self, now: float) -> bool:
+        """Whether one more refusal may go to Redis in this window (fleet-wide count)."""
+        window = int(now // NEGATIVE_WINDOW_SECONDS)
+        counter = self._link.key("cache-negatives", str(window))
+
+        async def take(r: Any) -> int:
+            async with r.pipeline(transaction=False) as pipe:
+                pipe.incr(counter)
+                pipe.expire(counter, int(2 * NEGATIVE_WINDOW_SECONDS))
+                count, _ = await pipe.execute()
+            return int(count)
+
+        count = await self._link.best_effort("cache_negative_budget", take)
+        return count is not None and count <= self._max_negative

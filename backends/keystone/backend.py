@@ -24,23 +24,18 @@ backoff during which reviews are answered "unavailable" without calling Keystone
 from __future__ import annotations
 
 import logging
-import re
 
 import httpx
 
 from ..base import Backend, Outcome, Rejected, Unavailable
 from ..budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
-from ..http import make_client, server_failure
+from ..http import header_safe, make_client, server_failure, unsendable
 from .groups import GroupLookup
 from .identity import Group, map_identity
 from .service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
 from .settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
 
 log = logging.getLogger(__name__)
-
-# Keystone tokens (fernet, JWS) are printable ASCII; anything else cannot be sent in a
-# header and cannot be a token.
-_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
 class KeystoneBackend(Backend):
@@ -81,6 +76,9 @@ class KeystoneBackend(Backend):
         await self._client.aclose()
 
     def could_accept(self, token: str) -> bool:
+        # X-Subject-Token carries visible ASCII only: anything else is no Keystone token.
+        if not header_safe(token):
+            return False
         if not self._s.fernet_precheck:
             return True
         return FERNET_MIN_LENGTH <= len(token) <= self._s.fernet_max_length and bool(
@@ -88,8 +86,9 @@ class KeystoneBackend(Backend):
         )
 
     async def authenticate(self, token: str) -> Outcome:
-        if not _HEADER_SAFE.fullmatch(token):
-            return Rejected("not a Keystone token (characters no token has)")
+        refusal = unsendable(token)
+        if refusal is not None:
+            return refusal
         answer = await send_with_service_token(
             lambda: self._client.get(
                 "auth/tokens",

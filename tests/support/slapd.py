@@ -7,7 +7,8 @@ Everything it needs is built from scratch in a temporary directory:
 * its own ``cn=config``, loaded with ``slapadd -n0``: the core, cosine, nis and
   inetorgperson schemas, an mdb database, the ``memberof`` overlay and TLS;
 * a directory of users and groups, added with ``ldapadd`` through the running
-  server so that the memberof overlay fills in ``memberOf``.
+  server so that the memberof overlay fills in ``memberOf``;
+* ``cn=Monitor``, whose operation counters :meth:`Slapd.operations` reads.
 
 The server runs in the foreground (``-d 0``) as a child of the test process, so a
 test can stop it and start it again on the same ports, with the same data.
@@ -247,6 +248,13 @@ def config_ldif(data_dir: Path, run_dir: Path, server: ServerCertificate, ca: Pa
         olcAccess: {{0}}to attrs=userPassword by anonymous auth by * none
         olcAccess: {{1}}to * by users read by * none
 
+        # cn=Monitor: the server's own operation counters, for tests that assert how
+        # many binds and searches really reached it. Only the admin may read them.
+        dn: olcDatabase={{2}}monitor,cn=config
+        objectClass: olcDatabaseConfig
+        olcDatabase: {{2}}monitor
+        olcAccess: {{0}}to * by dn.exact="{ADMIN_DN}" read by * none
+
         dn: olcOverlay={{0}}memberof,olcDatabase={{1}}mdb,cn=config
         objectClass: olcOverlayConfig
         objectClass: olcMemberOf
@@ -271,6 +279,7 @@ class Slapd:
     ldap_port: int = field(default_factory=free_port)
     ldaps_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    _monitor_reads: int = 0
 
     @property
     def ldap_url(self) -> str:
@@ -307,6 +316,7 @@ class Slapd:
         if self.proc is not None and self.proc.poll() is None:
             return
         urls = f"{self.ldap_url}/ {self.ldaps_url}/"
+        self._monitor_reads = 0  # the counters start again with the process
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 # -d 0: stay in the foreground, under the test's control, and log nothing.
@@ -334,6 +344,27 @@ class Slapd:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def operations(self, kind: str = "Bind") -> int:
+        """Operations of ``kind`` (Bind, Search, ...) the server has completed since it
+        started, from its own cn=Monitor, not counting the bind and search that each of
+        these queries makes itself."""
+        earlier = self._monitor_reads
+        self._monitor_reads += 1
+        done = subprocess.run(
+            [_binary("ldapsearch"), "-x", "-LLL", "-H", self.ldap_url, "-D", ADMIN_DN,
+             "-w", ADMIN_PASSWORD, "-b", f"cn={kind},cn=Operations,cn=Monitor", "-s", "base",
+             "monitorOpCompleted"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        for line in done.stdout.splitlines():
+            if line.startswith("monitorOpCompleted:"):
+                count = int(line.split(":", 1)[1])
+                # Earlier reads made a bind and a search each; this one's bind is done,
+                # its search still running.
+                own = {"Bind": earlier + 1, "Search": earlier}.get(kind, 0)
+                return count - own
+        raise RuntimeError(f"no monitorOpCompleted for {kind}:\n{done.stdout}{done.stderr}")
 
     def add(self, ldif: str) -> None:
         _run(

@@ -28,6 +28,7 @@ starting with ``path_prefix`` (default: all of them):
 * ``status``        - answer every call with this status (429, 500, 502, 401...);
 * ``fail_fraction`` - share of calls answered with ``fail_status`` (default 500);
 * ``retry_after``   - seconds sent in ``Retry-After`` (and ``RateLimit-Reset``) on 429s;
+  a string is sent as it is in both (a proxy or a bug that sends nonsense there);
   without it a 429 comes bare, as some of GitLab's do;
 * ``latency``       - seconds added before every answer;
 * ``hang``          - read the request and answer nothing until the fault is cleared;
@@ -111,7 +112,7 @@ class Faults:
     status: int | None = None
     fail_fraction: float = 0.0
     fail_status: int = 500
-    retry_after: float | None = None
+    retry_after: float | str | None = None
     latency: float = 0.0
     hang: bool = False
     drop_headers: list[str] = field(default_factory=list)
@@ -778,7 +779,7 @@ class _FaultMiddleware:
             fake.record_end(arrived, path, status_seen)
 
 
-def _fault_response(status: int, retry_after: float | None) -> Response:
+def _fault_response(status: int, retry_after: float | str | None) -> Response:
     if status == 429:
         if retry_after is None:
             # Some 429s come bare (README of the reference shapes).
@@ -795,10 +796,17 @@ def _fault_response(status: int, retry_after: float | None) -> Response:
     return _api_error(status, messages.get(status, f"{status} Internal Server Error"))
 
 
-def _throttled(retry_after: float) -> Response:
+def _throttled(retry_after: float | str) -> Response:
     # doc/administration/settings/user_and_ip_rate_limits.md, "Response headers"
     # (error-429.txt): plain-text body, Retry-After and RateLimit-*.
     now = time.time()
+    if isinstance(retry_after, str):
+        return Response(
+            "Retry later\n",
+            status_code=429,
+            media_type="text/plain",
+            headers={"Retry-After": retry_after, "RateLimit-Reset": retry_after},
+        )
     reset = int(now + retry_after)
     return Response(
         "Retry later\n",

@@ -2,7 +2,8 @@
 
 It speaks the ``userinfo`` backend's protocol: ``GET /userinfo`` with
 ``Authorization: Bearer <token>``. Tokens ``good-<name>`` are valid for user
-``<name>``; every other token gets 401.
+``<name>``; tokens ``nameless-<id>`` are valid but their answer names no user (only
+``sub``, like many IdPs' client-credentials tokens); every other token gets 401.
 
 Faults are set at run time, in process (:meth:`FakeIdP.configure`) or over the
 control port (``POST /_fake/faults`` with a JSON body of the same fields):
@@ -10,7 +11,8 @@ control port (``POST /_fake/faults`` with a JSON body of the same fields):
 * ``latency``       - seconds added before every answer;
 * ``fail_fraction`` - share of calls answered with ``fail_status`` (default 500);
 * ``status``        - answer every call with this status (401 for everyone, 500, 429);
-* ``retry_after``   - seconds, sent as ``Retry-After`` on 429s;
+* ``retry_after``   - seconds, sent as ``Retry-After`` on 429s (a string is sent as
+  it is, to play an IdP or proxy that sends nonsense there);
 * ``hang``          - read the request, never answer;
 * ``reset``         - read the request (it is counted), then reset the connection (RST);
 * ``refuse``        - close the listening socket, so connections are refused.
@@ -60,7 +62,7 @@ class Faults:
     fail_fraction: float = 0.0
     fail_status: int = 500
     status: int | None = None
-    retry_after: float | None = None
+    retry_after: float | str | None = None
     hang: bool = False
     reset: bool = False
     refuse: bool = False
@@ -271,7 +273,8 @@ async def injected_fault(
         return None
     extra = {}
     if status == 429 and faults.retry_after is not None:
-        extra["retry-after"] = str(int(faults.retry_after))
+        value = faults.retry_after
+        extra["retry-after"] = value if isinstance(value, str) else str(int(value))
     return _json(status, error_body(status), extra)
 
 
@@ -371,6 +374,8 @@ class FakeIdP:
             return _json(404, {"error": "not found"})
         auth = headers.get("authorization", "")
         token = auth[7:] if auth.startswith("Bearer ") else ""
+        if token.startswith("nameless-") and len(token) > 9:
+            return _json(200, {"sub": f"client-{token[9:]}"})
         if not token.startswith("good-") or len(token) <= 5:
             return _json(401, {"error": "invalid_token"})
         name = token[5:]
