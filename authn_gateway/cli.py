@@ -1,4 +1,4 @@
-"""Command line: ``authn-gateway serve | check-config | review``."""
+"""Command line: ``authn-gateway serve | check-config | review | admin``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 
 from backends.base import Authenticated, Unavailable
 
-from . import __version__
+from . import __version__, admin_cli
 from .config import ConfigError, GatewayConfig, load_config
 from .logsetup import configure_logging
 
@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="AUD",
         help="requested audience (repeatable)",
     )
+    admin_cli.add_parser(sub)
     return parser
 
 
@@ -168,5 +169,10 @@ def cmd_review(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"serve": cmd_serve, "check-config": cmd_check_config, "review": cmd_review}
+    commands = {
+        "serve": cmd_serve,
+        "check-config": cmd_check_config,
+        "review": cmd_review,
+        "admin": admin_cli.cmd_admin,
+    }
     return commands[args.command](args)
