@@ -9,13 +9,10 @@ from pathlib import Path
 
 import orjson
 
-from backends.base import Authenticated, Unavailable
-
 from . import __version__, admin_cli
 from .config import ConfigError, GatewayConfig, load_config
 from .logsetup import configure_logging
-
-API_VERSIONS = {"v1": "authentication.k8s.io/v1", "v1beta1": "authentication.k8s.io/v1beta1"}
+from .tokenreview import API_VERSIONS, describe, render_verdict
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,7 +121,6 @@ async def _review(
     audiences: tuple[str, ...],
 ) -> tuple[bytes, str]:
     from .gateway import Gateway
-    from .tokenreview import render_authenticated, render_unauthenticated
 
     gateway = Gateway(config, source=str(source))
     await gateway.start()
@@ -132,17 +128,7 @@ async def _review(
         verdict = await gateway.pipeline.review(token, audiences, caller="cli")
     finally:
         await gateway.close()
-    outcome = verdict.outcome
-    if isinstance(outcome, Authenticated):
-        body = render_authenticated(api_version, outcome.user, verdict.audiences)
-        note = f"authenticated by {verdict.backend}" + (" (stale)" if verdict.stale else "")
-    elif isinstance(outcome, Unavailable):
-        body = render_unauthenticated(api_version, f"{verdict.backend}: {outcome.reason}")
-        note = f"unavailable: {verdict.backend}: {outcome.reason}"
-    else:
-        body = render_unauthenticated(api_version)
-        note = f"rejected by {verdict.backend}: {outcome.reason}"
-    return body, note
+    return render_verdict(api_version, verdict).body, describe(verdict)
 
 
 def cmd_review(args: argparse.Namespace) -> int:

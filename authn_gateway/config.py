@@ -11,24 +11,22 @@ import ipaddress
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, Union
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from backends.gitlab import GitLabSettings
-from backends.keystone import KeystoneSettings
-from backends.ldap import LDAPSettings
-from backends.static import StaticSettings
-from backends.userinfo import UserinfoSettings
+from backends import load_builtin
+from backends.registry import settings_types, type_names
+from backends.settings import BackendSettings, CacheSettings, PositiveFloat, Rate, Secret, Strict
 
-from .settings import BackendSettings, CacheSettings, PositiveFloat, Rate, Secret, Strict
-
-BackendConfig = Annotated[
-    StaticSettings | UserinfoSettings | KeystoneSettings | LDAPSettings | GitLabSettings,
-    Field(discriminator="type"),
-]
-BACKEND_TYPES = ("static", "userinfo", "keystone", "ldap", "gitlab")
+# Every backend type registers itself (backends.registry); the union follows.
+load_builtin()
+if TYPE_CHECKING:
+    BackendConfig = BackendSettings
+else:
+    BackendConfig = Annotated[Union[settings_types()], Field(discriminator="type")]  # noqa: UP007
+BACKEND_TYPES = type_names()
 
 EMBEDDED_DEFAULT = "default.yaml"
 SECRET_ENV = "AUTHN_GATEWAY_SECRET"

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
-from backends.base import Backend, BackendConfigError
+from backends.base import Authenticator, Backend, BackendConfigError
+from backends.budget import UNLIMITED, CallBudget
 
-from .breaker import Breaker, FailureRate
-from .bucket import InboundLimiter, TokenBucket
-from .cache import ReviewCache
+from .bucket.memory import InboundLimiter
 from .config import SECRET_ENV, ConfigError, GatewayConfig
 from .keys import TokenHasher
 from .metrics import Metrics
-from .pipeline import GuardedBackend, Pipeline
-from .routing import PrefixRule, Router
-from .settings import BackendSettings
-from .state import LocalState, StateFactory
+from .pipeline import Pipeline
+from .routing import Audiences, PrefixRule, Router, chain_of
+from .stack import BackendStack, build_stack, outbound_bucket
+from .stores import MemoryStores, Stores
 
 log = logging.getLogger(__name__)
 
@@ -28,98 +28,80 @@ def gateway_secret(config: GatewayConfig) -> bytes | None:
     return from_env.encode() if from_env else None
 
 
-def build_backends(config: GatewayConfig, source: str) -> list[Backend]:
+def build_backends(
+    config: GatewayConfig, source: str, budgets: Sequence[CallBudget] | None = None
+) -> list[Backend]:
     """Construct every backend; a file or CA bundle it cannot use is a config error."""
     backends: list[Backend] = []
     for i, settings in enumerate(config.backends):
         try:
-            backends.append(settings.build())
+            backends.append(settings.build(budgets[i] if budgets else UNLIMITED))
         except BackendConfigError as exc:
             raise ConfigError(source, [f"backends[{i}] ({settings.name}): {exc}"]) from None
     return backends
 
 
-def _failure_rate(settings: BackendSettings) -> FailureRate | None:
-    rate = settings.breaker.failure_rate
-    if rate is None:
-        return None
-    return FailureRate(rate.threshold, rate.window_seconds, rate.min_calls)
-
-
 class Gateway:
-    """Everything a running gateway holds: config, backends, pipeline, metrics."""
+    """Everything a running gateway holds: config, backends, their stacks, the pipeline."""
 
     def __init__(
         self,
         config: GatewayConfig,
         metrics: Metrics | None = None,
-        state: StateFactory | None = None,
+        stores: Stores | None = None,
         source: str = "config",
+        backends: list[Backend] | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.hasher = TokenHasher(gateway_secret(config))
-        self.backends = build_backends(config, source)
-        self.state = state or self._state_for(config)
-        guarded = [self._guard(s, b) for s, b in zip(config.backends, self.backends, strict=True)]
-        by_name = {g.name: g for g in guarded}
-        router: Router[GuardedBackend] = Router(
-            [
-                PrefixRule(s.prefix, s.strip_prefix, by_name[s.name])
-                for s in config.backends
-                if s.prefix is not None
-            ],
-            [by_name[s.name] for s in config.backends if s.chained],
-        )
-        inbound = config.inbound_limit
+        self.stores = stores or self._stores_for(config)
+        # Each backend is handed its own outbound bucket as the budget for follow-ups.
+        buckets = [outbound_bucket(s, self.stores) for s in config.backends]
+        self.backends = backends or build_backends(config, source, buckets)
+        stacks = {
+            s.name: build_stack(s, b, bucket, config, self.stores, self.metrics, self.hasher)
+            for s, b, bucket in zip(config.backends, self.backends, buckets, strict=True)
+        }
         self.pipeline = Pipeline(
-            router,
-            guarded,
-            InboundLimiter(inbound.rate, inbound.burst) if inbound.enabled else None,
+            self._router(stacks),
+            stacks,
+            self._inbound(),
             config.review_deadline_seconds,
             config.reject_service_account_tokens,
             self.metrics,
         )
         self.ready = False
 
-    def _state_for(self, config: GatewayConfig) -> StateFactory:
+    def _stores_for(self, config: GatewayConfig) -> Stores:
         if config.redis is None:
-            return LocalState(config.cache.max_entries)
-        from .fleet import FleetState
+            return MemoryStores(config.cache.max_entries)
+        from .stores import RedisStores
 
-        return FleetState(config.redis, self.hasher, self.metrics, config.cache.max_entries)
+        return RedisStores(config.redis, self.hasher, self.metrics, config.cache.max_entries)
 
-    def _guard(self, settings: BackendSettings, backend: Backend) -> GuardedBackend:
-        name = backend.name
-        deadline = settings.timeouts.total_seconds
-        breaker = Breaker(
-            name,
-            settings.breaker.fail_max,
-            settings.breaker.reset_timeout_seconds,
-            # A probe's permit outlives its call by a margin, then frees itself.
-            self.state.probe_permits(name, settings.breaker.half_open_probes, deadline + 1.0),
-            self.state.breaker_storage(name),
-            on_transition=self.metrics.breaker_transition,
-            failure_rate=_failure_rate(settings),
-        )
-        self.state.watch_breaker(name, breaker.refresh)
-        bucket = TokenBucket(
-            f"bucket:{name}", settings.bucket.rate, settings.bucket.burst, self.state.bucket_store()
-        )
-        backend.call_budget = bucket
-        self.metrics.set_breaker_state(name, breaker.state)
-        return GuardedBackend(
-            backend,
-            cache=ReviewCache(self.config.cache_for(settings), self.state.cache_store()),
-            flights=self.state.flights(name, deadline, self.metrics.coalesced.labels(name).inc),
-            breaker=breaker,
-            bucket=bucket,
-            max_wait=settings.bucket.max_wait_seconds,
-            call_deadline=deadline,
-            rules=settings.token_rules,
-            audiences=tuple(settings.audiences or self.config.audiences),
-            hasher=self.hasher,
-            metrics=self.metrics,
+    def _inbound(self) -> InboundLimiter | None:
+        inbound = self.config.inbound_limit
+        return InboundLimiter(inbound.rate, inbound.burst) if inbound.enabled else None
+
+    def _router(self, stacks: dict[str, BackendStack]) -> Router[Authenticator]:
+        configured = {
+            s.name: tuple(s.audiences or self.config.audiences) for s in self.config.backends
+        }
+        audiences = {name: a for name, a in configured.items() if a}
+
+        def target(inner: Authenticator) -> Authenticator:
+            # The audience check wraps whatever decides: one backend or the chain.
+            return Audiences(inner, audiences) if audiences else inner
+
+        chain = chain_of([stacks[s.name].top for s in self.config.backends if s.chained])
+        return Router(
+            [
+                PrefixRule(s.prefix, s.strip_prefix, target(stacks[s.name].top))
+                for s in self.config.backends
+                if s.prefix is not None
+            ],
+            target(chain) if chain is not None else None,
         )
 
     async def start(self) -> None:
@@ -129,7 +111,7 @@ class Gateway:
                 "change on restart; set %s or 'secret:' to keep them)",
                 SECRET_ENV,
             )
-        await self.state.start()
+        await self.stores.start()
         for backend in self.backends:
             await backend.start()
         self.ready = True
@@ -141,4 +123,4 @@ class Gateway:
                 await backend.close()
             except Exception:
                 log.exception("backend %s did not close cleanly", backend.name)
-        await self.state.close()
+        await self.stores.close()

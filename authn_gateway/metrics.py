@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .breaker import STATES
+from .breaker.machine import STATES
 
 PREFIX = "authn_gateway"
 

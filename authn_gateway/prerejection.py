@@ -13,6 +13,11 @@ import binascii
 
 import orjson
 
+from backends.base import Authenticator, Verdict
+from backends.settings import TokenRules
+
+from .layer import Layer
+
 SERVICE_ACCOUNT_ISSUER = "kubernetes/serviceaccount"
 
 
@@ -47,3 +52,17 @@ def prerejection_reason(token: str, reject_service_accounts: bool) -> str | None
     if reject_service_accounts and is_service_account_jwt(token):
         return "service_account_jwt"
     return None
+
+
+class TokenRulesFilter(Layer):
+    """A backend's own pre-rejection (``token_rules``): tokens outside its length bounds
+    never reach it. It sits right around the backend: every layer above passes
+    :meth:`could_accept` straight through, and reviews only reach it on a cache miss."""
+
+    def __init__(self, inner: Authenticator, rules: TokenRules) -> None:
+        super().__init__(inner)
+        accepts, lo, hi = inner.could_accept, rules.min_length, rules.max_length
+        self.could_accept = lambda token: lo <= len(token) <= hi and accepts(token)
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        return await self.inner.review(token, audiences, deadline)

@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
@@ -32,9 +36,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MODES = ("shared", "local")
 
+#: Names this process in leases and probe permits.
+REPLICA_ID = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
 
 class RedisDown(Exception):
     """Redis did not answer in time; use local state."""
+
+
+def lua_script(package: str, name: str) -> str:
+    """The source of a Lua script shipped as a resource file of ``package``."""
+    return resources.files(package).joinpath(name).read_text()
 
 
 def make_client(settings: RedisSettings) -> Any:
@@ -99,10 +111,25 @@ class RedisLink:
 
     async def script(self, op: str, source: str, keys: list[str], args: list[Any]) -> Any:
         """Run a Lua script by its SHA (EVALSHA, loading it on first use), under the deadline."""
+        return await self.run(op, lambda r: self.script_on(r, source, keys, args))
+
+    def script_on(self, client: Any, source: str, keys: list[str], args: list[Any]) -> Any:
+        """The awaitable of one script call on ``client`` (inside :meth:`run` or :meth:`either`)."""
         script = self._scripts.get(source)
         if script is None:
             script = self._scripts[source] = self.client.register_script(source)
-        return await self.run(op, lambda r: script(keys=keys, args=args, client=r))
+        return script(keys=keys, args=args, client=client)
+
+    async def either(
+        self, op: str, remote: Callable[[Any], Awaitable[T]], local: Callable[[], T]
+    ) -> T:
+        """``remote`` on Redis while it is shared and answers; otherwise ``local()``."""
+        if self.shared:
+            try:
+                return await self.run(op, remote)
+            except RedisDown:
+                pass
+        return local()
 
     async def best_effort(self, op: str, call: Callable[[Any], Awaitable[T]]) -> T | None:
         """Like :meth:`run`, for writes whose loss only costs sharing: None if Redis is down."""

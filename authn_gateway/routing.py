@@ -1,33 +1,41 @@
-"""Which backends may see a token.
+"""Which backends may see a token, and the wrappers over their stacks.
 
 * A token that starts with a backend's ``prefix`` goes to that backend only
   (longest prefix wins), with the prefix removed when ``strip_prefix`` is set.
 * Any other token goes through the *chain*: the backends with no prefix (or with
   ``in_chain: true``), in the order of the config file.
 
-The chain's answer:
+The chain's answer (:class:`Chain`):
 
 * the first backend that authenticates the token wins;
 * if every backend rejected it, it is rejected;
 * if any backend was unavailable and none authenticated, the answer is
   *unavailable*, never "invalid": the backend that was down might have accepted it.
+
+:class:`Audiences` then intersects the requested audiences with the deciding
+backend's configured ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from backends.base import Unavailable
+from backends.base import Authenticated, Authenticator, Rejected, Unavailable, Verdict
+
+from .layer import Layer
 
 B = TypeVar("B")
+
+CHAIN = "chain"
 
 
 @dataclass(frozen=True, slots=True)
 class Route(Generic[B]):
-    backends: tuple[B, ...]
-    # The token as these backends must see it (prefix stripped where configured).
+    # None when no backend may see this token.
+    target: B | None
+    # The token as the target must see it (prefix stripped where configured).
     token: str
 
 
@@ -39,18 +47,74 @@ class PrefixRule(Generic[B]):
 
 
 class Router(Generic[B]):
-    def __init__(self, prefixed: Sequence[PrefixRule[B]], chain: Sequence[B]) -> None:
+    def __init__(self, prefixed: Sequence[PrefixRule[B]], chain: B | None) -> None:
         self._prefixed = sorted(prefixed, key=lambda r: len(r.prefix), reverse=True)
-        self._chain = tuple(chain)
+        self._chain = chain
 
     def route(self, token: str) -> Route[B]:
         for rule in self._prefixed:
             if token.startswith(rule.prefix):
                 routed = token[len(rule.prefix) :] if rule.strip else token
-                return Route((rule.backend,), routed)
+                return Route(rule.backend, routed)
         return Route(self._chain, token)
 
 
 def unavailable_in_chain(unanswered: Sequence[tuple[str, Unavailable]]) -> Unavailable:
     """The chain's answer when none authenticated and some could not answer."""
     return Unavailable("; ".join(f"{name}: {u.reason}" for name, u in unanswered))
+
+
+class Chain:
+    """Several backends' stacks, asked in order (see the module's rules)."""
+
+    name = CHAIN
+
+    def __init__(self, members: Sequence[Authenticator]) -> None:
+        self.members = tuple(members)
+
+    def could_accept(self, token: str) -> bool:
+        return any(m.could_accept(token) for m in self.members)
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        candidates = [m for m in self.members if m.could_accept(token)]
+        if len(candidates) == 1:
+            return await candidates[0].review(token, audiences, deadline)
+        unanswered: list[tuple[str, Unavailable]] = []
+        verdict = Verdict(Rejected("no backend accepts this token's form"), CHAIN)
+        for member in candidates:
+            verdict = await member.review(token, audiences, deadline)
+            if isinstance(verdict.outcome, Authenticated):
+                return verdict
+            if isinstance(verdict.outcome, Unavailable):
+                unanswered.append((member.name, verdict.outcome))
+        if not unanswered:
+            return verdict
+        return Verdict(unavailable_in_chain(unanswered), unanswered[0][0])
+
+
+def chain_of(members: Sequence[Authenticator]) -> Authenticator | None:
+    """The chain's target: nothing, the one member itself, or a :class:`Chain`."""
+    if not members:
+        return None
+    return members[0] if len(members) == 1 else Chain(members)
+
+
+class Audiences(Layer):
+    """Intersect requested with the deciding backend's audiences; empty refuses."""
+
+    def __init__(self, inner: Authenticator, configured: Mapping[str, tuple[str, ...]]) -> None:
+        super().__init__(inner)
+        self._configured = configured
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        verdict = await self.inner.review(token, audiences, deadline)
+        if not audiences or not isinstance(verdict.outcome, Authenticated):
+            return verdict
+        configured = self._configured.get(verdict.backend, ())
+        if not configured:
+            # kube-apiserver then applies its own --api-audiences.
+            return verdict
+        matched = tuple(a for a in audiences if a in configured)
+        if not matched:
+            return Verdict(Rejected("token not valid for the requested audiences"), verdict.backend)
+        return Verdict(verdict.outcome, verdict.backend, verdict.stale, verdict.cached, matched)

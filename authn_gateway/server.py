@@ -26,11 +26,12 @@ import uvicorn
 import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .app import GatewayApp, Receive, ReviewEndpoint, Scope, Send
+from .app import GatewayApp, Receive, Scope, Send
 from .callerauth import CALLER_KEY, CERT_NAMES_KEY
-from .config import ConfigError, GatewayConfig, load_config
+from .config import ConfigError, GatewayConfig
 from .gateway import Gateway
 from .logsetup import configure_logging
+from .reloader import Reloader
 from .tls import ServerTLS, TLSError, certificate_names
 from .tokenreview import render_bad_request
 
@@ -39,18 +40,6 @@ log = logging.getLogger(__name__)
 # A read from the socket may hold the tail of one request and the head of the next,
 # so the raw-byte guard on unfinished heads allows one read's worth of slack.
 HEAD_GUARD_SLACK = 64 * 1024
-
-# These shape listeners and sockets; a reload keeps the running values.
-RESTART_ONLY = (
-    "host",
-    "port",
-    "tls",
-    "ops",
-    "workers",
-    "max_header_bytes",
-    "max_headers",
-    "graceful_shutdown_seconds",
-)
 
 
 class HeadTooLarge(Exception):
@@ -195,71 +184,6 @@ class OpsOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app.ops(scope, receive, send)
-
-
-class Reloader:
-    """SIGHUP: load the file again; if it is valid, start a new gateway, swap it in, and
-    close the old one once its in-flight reviews are done. If not, keep serving."""
-
-    def __init__(self, app: GatewayApp, source: Path | None, running: GatewayConfig) -> None:
-        self.app = app
-        self.source = source
-        self.running = running
-        self._lock = asyncio.Lock()
-        self.tasks: set[asyncio.Task[bool]] = set()
-
-    def trigger(self) -> None:
-        task = asyncio.get_running_loop().create_task(self.reload())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def _keep_listeners(self, new: GatewayConfig) -> GatewayConfig:
-        running = self.running.server
-        changed = [f for f in RESTART_ONLY if getattr(new.server, f) != getattr(running, f)]
-        if changed:
-            log.warning(
-                "config reload: server.%s changed; that takes effect on restart only",
-                ", server.".join(changed),
-            )
-        kept = new.server.model_copy(update={f: getattr(running, f) for f in RESTART_ONLY})
-        return new.model_copy(update={"server": kept})
-
-    async def reload(self) -> bool:
-        where = str(self.source) if self.source else "<embedded default>"
-        async with self._lock:
-            try:
-                new = self._keep_listeners(load_config(self.source))
-            except ConfigError as exc:
-                problems = "; ".join(str(exc).splitlines())
-                log.error("config reload refused, still serving the previous config: %s", problems)
-                return False
-            gateway: Gateway | None = None
-            try:
-                gateway = Gateway(new, source=where)
-                await gateway.start()
-            except Exception as exc:
-                log.error(
-                    "config reload refused, still serving the previous config: %s: %s",
-                    where,
-                    exc,
-                )
-                if gateway is not None:
-                    await gateway.close()
-                return False
-            old = self.app.swap(gateway)
-            self.running = new
-            configure_logging(new.logging.level, new.logging.format)
-            log.info("config reloaded from %s", where)
-        await self._retire(old, new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
-        return True
-
-    async def _retire(self, old: ReviewEndpoint, patience: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + patience
-        while old.in_flight and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        await old.gateway.close()
-        old.close_logs()
 
 
 def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:

@@ -3,18 +3,23 @@
 Both versions have the same shape; the reply always carries the apiVersion the
 request came in, because kube-apiserver rejects a reply in another version.
 The request's ``spec`` is never echoed back: it holds the token.
+
+:func:`render_verdict` is the one place a verdict becomes an answer: the review
+endpoint and ``authn-gateway review`` both use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-from backends.base import UserInfo
+from backends.base import Authenticated, Unavailable, UserInfo, Verdict
 
-API_VERSIONS = frozenset({"authentication.k8s.io/v1", "authentication.k8s.io/v1beta1"})
+#: Short names (the CLI's --api-version) of the versions kube-apiserver may send.
+API_VERSIONS = {"v1": "authentication.k8s.io/v1", "v1beta1": "authentication.k8s.io/v1beta1"}
+_ACCEPTED = frozenset(API_VERSIONS.values())
 
 
 class BadReview(ValueError):
@@ -36,7 +41,7 @@ def parse_review(body: bytes) -> ReviewRequest:
     if not isinstance(doc, dict):
         raise BadReview("body must be a JSON object")
     api_version = doc.get("apiVersion")
-    if api_version not in API_VERSIONS:
+    if api_version not in _ACCEPTED:
         raise BadReview(
             "apiVersion must be authentication.k8s.io/v1 or authentication.k8s.io/v1beta1"
         )
@@ -97,3 +102,34 @@ def render_bad_request(message: str) -> bytes:
             "reason": "BadRequest",
         }
     )
+
+
+class Answer(NamedTuple):
+    """A verdict as kube-apiserver receives it (a tuple: cheap on the hot path)."""
+
+    body: bytes
+    # "authenticated", "rejected" or "unavailable": the metric and log label.
+    kind: str
+
+
+def render_verdict(api_version: str, verdict: Verdict) -> Answer:
+    outcome = verdict.outcome
+    if isinstance(outcome, Authenticated):
+        return Answer(
+            render_authenticated(api_version, outcome.user, verdict.audiences), "authenticated"
+        )
+    if isinstance(outcome, Unavailable):
+        # Names the backend so operators can see who failed; carries no secrets.
+        error = f"{verdict.backend}: {outcome.reason}"
+        return Answer(render_unauthenticated(api_version, error), "unavailable")
+    return Answer(render_unauthenticated(api_version), "rejected")
+
+
+def describe(verdict: Verdict) -> str:
+    """One line for a person (``authn-gateway review``'s stderr)."""
+    outcome = verdict.outcome
+    if isinstance(outcome, Authenticated):
+        return f"authenticated by {verdict.backend}" + (" (stale)" if verdict.stale else "")
+    if isinstance(outcome, Unavailable):
+        return f"unavailable: {verdict.backend}: {outcome.reason}"
+    return f"rejected by {verdict.backend}: {outcome.reason}"

@@ -1,4 +1,4 @@
-"""The one interface every identity backend implements.
+"""The outcome types and the one interface everything that answers a token implements.
 
 A backend answers a token with exactly one of three outcomes. Every resilience
 layer in front of it depends on that split, so it lives in the types:
@@ -11,6 +11,9 @@ layer in front of it depends on that split, so it lives in the types:
 
 Backends translate every library exception into one of these at their edge;
 nothing further in guesses from exception text.
+
+:class:`Authenticator` is the interface of backends and of every layer wrapped around
+them (cache, breaker, budget, deadline, chain, audiences): see docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -57,12 +60,32 @@ class Unavailable:
     retry_after: float | None = None
     # A configuration problem (Keystone 403, LDAP bind DN refused): logged loudly.
     misconfigured: bool = False
-    # The gateway held the call back itself (its own call budget); the IdP was not
-    # asked, so this says nothing about its health and the breaker ignores it.
-    held_back: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBack(Unavailable):
+    """The gateway held the call back itself (its own call budget said no).
+
+    The IdP was not asked, so this says nothing about its health: the breaker releases
+    its ticket instead of counting a failure. Only a :class:`~backends.budget.CallBudget`
+    refusal produces it.
+    """
 
 
 Outcome = Authenticated | Rejected | Unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """An outcome and where it came from."""
+
+    outcome: Outcome
+    # The backend that decided ("gateway" when no backend was asked).
+    backend: str
+    # Served from the cache past its TTL because the backend could not answer.
+    stale: bool = False
+    cached: bool = False
+    audiences: tuple[str, ...] = ()
 
 
 class BackendConfigError(ValueError):
@@ -73,17 +96,27 @@ class BackendConfigError(ValueError):
     """
 
 
-class CallBudget(Protocol):
-    """The backend's outbound token bucket, as the pipeline holds it."""
+class Authenticator(Protocol):
+    """Anything that answers a token: a backend, or a layer wrapped around one."""
 
-    async def acquire(self, max_wait: float = 0.0) -> bool: ...
+    name: str
+
+    def could_accept(self, token: str) -> bool:
+        """Cheap local check: False when the token can never be accepted here."""
+        ...
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        """Answer ``token`` by ``deadline`` (event-loop time)."""
+        ...
 
 
 class Backend(abc.ABC):
-    """An identity provider adapter.
+    """An identity provider adapter; an :class:`Authenticator` through :meth:`review`.
 
     Implementations must be safe to call concurrently from one event loop and must
-    never block it. They never log, store or return the raw token.
+    never block it. They never log, store or return the raw token. A backend that makes
+    more than one IdP call per review is handed a :class:`~backends.budget.CallBudget`
+    at construction (see :meth:`backends.settings.BackendSettings.build`).
     """
 
     #: Backend kind, e.g. "keystone"; used in metrics together with :attr:`name`.
@@ -91,11 +124,6 @@ class Backend(abc.ABC):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        #: The pipeline pays for each review's first call to the IdP. A backend that
-        #: makes further calls for one review (group pages, token info) takes a token
-        #: from this budget for each, so they count against the same rate. A refusal is
-        #: ``Unavailable(..., held_back=True)``.
-        self.call_budget: CallBudget | None = None
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open connections, load files, obtain service credentials."""
@@ -114,3 +142,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def authenticate(self, token: str) -> Outcome:
         """Validate ``token`` against the IdP and return exactly one outcome."""
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        # Deadlines and exception guards are layers of their own, around this.
+        return Verdict(await self.authenticate(token), self.name)

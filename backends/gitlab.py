@@ -30,10 +30,11 @@ import httpx
 from cachetools import TTLCache
 from pydantic import Field, model_validator
 
-from authn_gateway.settings import BackendSettings, NonNegativeFloat, Strict
-
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from .budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
 from .http import PoolSettings, TLSClientSettings, make_client, server_failure, transport_failure
+from .registry import register
+from .settings import BackendSettings, NonNegativeFloat, Strict
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class GitLabGroupSettings(Strict):
     max_pages: int = Field(default=10, ge=1, le=100)
 
 
+@register
 class GitLabSettings(BackendSettings):
     type: Literal["gitlab"]
     # Where GitLab is served, including a relative URL root ("https://host/gitlab").
@@ -114,18 +116,25 @@ class GitLabSettings(BackendSettings):
             raise ValueError("not_api_token_prefixes: entries must not be empty")
         return self
 
-    def build(self) -> Backend:
-        return GitLabBackend(self)
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
+        return GitLabBackend(self, budget=budget)
 
 
 class GitLabBackend(Backend):
     kind = "gitlab"
 
-    def __init__(self, settings: GitLabSettings, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        settings: GitLabSettings,
+        client: httpx.AsyncClient | None = None,
+        budget: CallBudget = UNLIMITED,
+    ) -> None:
         super().__init__(settings.name)
         self._s = settings
+        # The review's first call (/api/v4/user) is paid by the gateway; token info and
+        # group pages take from ``budget`` in the client's transport.
         self._client = client or make_client(
-            settings.base_url, settings.timeouts, settings.tls, settings.pool
+            settings.base_url, settings.timeouts, settings.tls, settings.pool, budget=budget
         )
         self._pat_prefixes = tuple(settings.personal_token_prefixes)
         self._foreign_prefixes = tuple(settings.not_api_token_prefixes)
@@ -188,13 +197,10 @@ class GitLabBackend(Backend):
         params: Mapping[str, str | int] | None = None,
         first: bool = False,
     ) -> httpx.Response | Unavailable:
-        budget = self.call_budget
-        if not first and budget is not None and not await budget.acquire():
-            return Unavailable(
-                "outbound rate limit reached (GitLab follow-up call)", held_back=True
-            )
         try:
-            return await self._client.get(path, headers=auth, params=params)
+            return await self._client.get(
+                path, headers=auth, params=params, extensions=PAID_BY_REVIEW if first else None
+            )
         except httpx.HTTPError as exc:
             return transport_failure(exc)
 

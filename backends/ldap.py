@@ -52,10 +52,11 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 from pydantic import Field, model_validator
 
-from authn_gateway.settings import BackendSettings, Secret, Strict
-
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from .budget import UNLIMITED, CallBudget
 from .http import TLSClientSettings
+from .registry import register
+from .settings import BackendSettings, Secret, Strict
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class LDAPGroupSettings(Strict):
         return AD_NESTED_FILTER if self.ad_nested else self.filter
 
 
+@register
 class LDAPSettings(BackendSettings):
     type: Literal["ldap"]
     # ldap://host[:port] or ldaps://host[:port]
@@ -177,7 +179,7 @@ class LDAPSettings(BackendSettings):
             raise ValueError("user_dn_template: must contain {username}")
         return self
 
-    def build(self) -> Backend:
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
         return LDAPBackend(self)
 
 

@@ -23,9 +23,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from authn_gateway.settings import BackendSettings, Secret, Strict
-
 from .base import Authenticated, Backend, BackendConfigError, Outcome, Rejected, UserInfo
+from .budget import UNLIMITED, CallBudget
+from .registry import register
+from .settings import BackendSettings, Secret, Strict
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class InlineToken(Strict):
     groups: list[str] = Field(default_factory=list)
 
 
+@register
 class StaticSettings(BackendSettings):
     type: Literal["static"]
     # A --token-auth-file CSV; reloaded when it changes.
@@ -55,7 +57,7 @@ class StaticSettings(BackendSettings):
             raise ValueError("needs a file or tokens")
         return self
 
-    def build(self) -> Backend:
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
         return StaticBackend(self)
 
 

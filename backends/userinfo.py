@@ -17,12 +17,14 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field
 
-from authn_gateway.settings import BackendSettings
-
 from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from .budget import UNLIMITED, CallBudget
 from .http import PoolSettings, TLSClientSettings, make_client, server_failure, transport_failure
+from .registry import register
+from .settings import BackendSettings
 
 
+@register
 class UserinfoSettings(BackendSettings):
     type: Literal["userinfo"]
     url: str = Field(pattern=r"^https?://")
@@ -36,7 +38,7 @@ class UserinfoSettings(BackendSettings):
     tls: TLSClientSettings = Field(default_factory=TLSClientSettings)
     pool: PoolSettings = Field(default_factory=PoolSettings)
 
-    def build(self) -> Backend:
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
         return UserinfoBackend(self)
 
 

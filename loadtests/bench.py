@@ -213,7 +213,7 @@ MEMORY_PROBE = r"""
 import gc, json, os, resource, sys, time, tracemalloc
 from authn_gateway.cache import MemoryStore, ReviewCache
 from authn_gateway.keys import TokenHasher
-from authn_gateway.settings import CacheSettings
+from backends.settings import CacheSettings
 from backends.base import Authenticated, UserInfo
 
 n = int(sys.argv[1])
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="authn-bench-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         idp_port, control = free_port(), free_port()
-        idp_cmd = [sys.executable, "-m", "loadtests.fakes.idp", "--port", str(idp_port)]
+        idp_cmd = [sys.executable, "-m", "tests.support.fakes.idp", "--port", str(idp_port)]
         idp_cmd += ["--control-port", str(control)]
         stack.enter_context(process(pinned(1, idp_cmd), idp_port, workdir / "idp.log"))
         idp_url = f"http://127.0.0.1:{idp_port}/userinfo"

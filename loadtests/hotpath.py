@@ -85,7 +85,7 @@ async def main() -> None:
 
     verdict = await gateway.pipeline.review(TOKEN, (), "c")
     loop = asyncio.get_running_loop()
-    guarded = gateway.pipeline.backends["demo"]
+    stack = gateway.pipeline.backends["demo"].top
     rows = [
         (
             "whole review (ASGI app, cache hit)",
@@ -97,7 +97,7 @@ async def main() -> None:
         ),
         (
             "    backend layers (key, cache, verdict)",
-            await best_us_async(lambda: guarded.review(TOKEN, (), loop.time() + 5)),
+            await best_us_async(lambda: stack.review(TOKEN, (), loop.time() + 5)),
         ),
         (
             "      HMAC-SHA256 cache key",

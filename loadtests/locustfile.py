@@ -235,7 +235,7 @@ def idp_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
 
 
 def keystone_tokens(mix: dict[str, float], hot: int, cold: int) -> Tokens:
-    from loadtests.fakes.keystone import mint_token
+    from tests.support.fakes.keystone import mint_token
 
     def invalid(i: int) -> str:
         # Well-formed but with a broken HMAC: Keystone answers 404 (unknown token).

@@ -20,7 +20,8 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from authn_gateway.fleet import GCRA_TAKE, PROBE_ACQUIRE
+from authn_gateway.breaker.redis import PROBE_ACQUIRE
+from authn_gateway.bucket.redis import GCRA_TAKE
 from tests.support.procs import free_port, wait_for_port
 
 N = 5000

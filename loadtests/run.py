@@ -68,7 +68,7 @@ class Fake:
 @contextmanager
 def fake_server(kind: str, workdir: Path) -> Iterator[Fake]:
     port = free_port()
-    cmd = [sys.executable, "-m", f"loadtests.fakes.{kind}", "--port", str(port)]
+    cmd = [sys.executable, "-m", f"tests.support.fakes.{kind}", "--port", str(port)]
     if kind == "gitlab":
         # Its control paths (/_fake/...) share the API port.
         control = port

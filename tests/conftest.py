@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.fakes.idp import FakeIdP
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, start_gateway
 
 

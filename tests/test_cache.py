@@ -6,8 +6,8 @@ import pytest
 
 from authn_gateway.cache import MemoryStore, ReviewCache
 from authn_gateway.keys import TokenHasher
-from authn_gateway.settings import CacheSettings
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
+from backends.settings import CacheSettings
 
 NOW = 1_000_000.0
 ALICE = Authenticated(UserInfo("alice"))

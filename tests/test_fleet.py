@@ -13,13 +13,13 @@ import pytest
 import redis
 
 from authn_gateway.cache import CacheEntry
+from authn_gateway.cache.redis import EntryCodec
 from authn_gateway.config import parse_config
-from authn_gateway.fleet_cache import EntryCodec
 from authn_gateway.keys import TokenHasher
 from backends.base import Authenticated, UserInfo
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess
 from tests.support.redis_server import RedisClusterNodes, RedisSentinel, RedisServer
 

@@ -23,7 +23,7 @@ from backends.gitlab import (
     next_page_params,
     parse_expiry_date,
 )
-from loadtests.fakes.gitlab import FakeGitLab
+from tests.support.fakes.gitlab import FakeGitLab
 from tests.support.procs import GatewayProcess, free_port, start_gateway
 
 ALICE, BOB, CAROL, DAVE, ERIN, FRANK = 1, 2, 3, 4, 5, 6
@@ -400,10 +400,10 @@ def test_next_page_comes_from_x_next_page_then_link() -> None:
 
 async def test_every_follow_up_call_takes_from_the_outbound_budget(fake: FakeGitLab) -> None:
     token = add_token(fake, "glpat-carol-budget-00001", CAROL, scopes=["read_api"])
-    backend = GitLabBackend(GitLabSettings.model_validate(gitlab_backend(fake.url)))
     # Room for one follow-up call: the first group page; the second is refused.
     # A frozen clock keeps the bucket from refilling (and its arithmetic exact).
-    backend.call_budget = TokenBucket("t", 1.0, 1, MemoryBucketStore(clock=lambda: 0.0))
+    budget = TokenBucket("t", 1.0, 1, MemoryBucketStore(clock=lambda: 0.0))
+    backend = GitLabBackend(GitLabSettings.model_validate(gitlab_backend(fake.url)), budget=budget)
     try:
         outcome = await backend.authenticate(token)
     finally:

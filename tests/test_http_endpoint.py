@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import V1, V1BETA1, GatewayProcess, metric_value, start_gateway
 
 STATIC = {

@@ -23,7 +23,6 @@ import httpx
 import pytest
 
 from authn_gateway.config import ConfigError, parse_config
-from authn_gateway.settings import TimeoutSettings
 from backends.keystone import (
     FERNET_MIN_LENGTH,
     KeystoneBackend,
@@ -33,6 +32,7 @@ from backends.keystone import (
     ServiceTokenSettings,
     parse_keystone_time,
 )
+from backends.settings import TimeoutSettings
 from tests.support.keystone import Keystone, start_keystone
 from tests.support.keystone_proxy import KeystoneProxy
 from tests.support.procs import GatewayProcess, metric_value, start_gateway

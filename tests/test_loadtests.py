@@ -14,8 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtests.fakes.idp import FakeIdP
-from loadtests.fakes.keystone import FakeKeystone, mint_token
 from loadtests.locustfile import (
     Attempt,
     Retrier,
@@ -24,6 +22,8 @@ from loadtests.locustfile import (
     classify,
     service_account_jwt,
 )
+from tests.support.fakes.idp import FakeIdP
+from tests.support.fakes.keystone import FakeKeystone, mint_token
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,15 @@ import yaml
 from authn_gateway.config import parse_config
 from authn_gateway.gateway import Gateway
 from authn_gateway.prerejection import is_service_account_jwt, prerejection_reason
-from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from backends.base import (
+    Authenticated,
+    Backend,
+    HeldBack,
+    Outcome,
+    Rejected,
+    Unavailable,
+    UserInfo,
+)
 
 
 class Scripted(Backend):
@@ -43,10 +51,8 @@ def gateway(backends: list[dict[str, Any]], scripted: dict[str, Scripted], **top
         ],
         **top,
     }
-    gw = Gateway(parse_config(yaml.safe_dump(cfg), "test.yaml"))
-    for guarded in gw.pipeline.backends.values():
-        guarded.backend = scripted[guarded.name]
-    return gw
+    config = parse_config(yaml.safe_dump(cfg), "test.yaml")
+    return Gateway(config, backends=[scripted[b.name] for b in config.backends])
 
 
 OK = Authenticated(UserInfo("alice"))
@@ -240,7 +246,7 @@ async def test_review_deadline_bounds_a_chain_of_slow_backends() -> None:
 
 
 async def test_a_call_held_back_by_our_own_budget_does_not_open_the_breaker() -> None:
-    backend = Scripted("a", Unavailable("budget", held_back=True))
+    backend = Scripted("a", HeldBack("budget"))
     gw = gateway([{"name": "a", "breaker": {"fail_max": 2}}], {"a": backend})
     for i in range(5):
         verdict = await gw.pipeline.review(f"t{i}", (), "c")

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import yaml
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, free_port, start_gateway, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent

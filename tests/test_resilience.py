@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 
 Start = Callable[..., GatewayProcess]

@@ -14,10 +14,9 @@ import pytest
 from authn_gateway.bucket import BucketStore, MemoryBucketStore
 from authn_gateway.cache import CacheEntry, CacheStore, MemoryStore
 from authn_gateway.config import RedisSettings
-from authn_gateway.fleet import FleetState
 from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
-from authn_gateway.state import LocalState
+from authn_gateway.stores import MemoryStores, RedisStores
 from backends.base import Authenticated, Rejected, UserInfo
 from tests.support.redis_server import RedisServer
 
@@ -29,9 +28,9 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
-async def fleet_state(server: RedisServer) -> FleetState:
+async def fleet_state(server: RedisServer) -> RedisStores:
     settings = RedisSettings(url=server.url, key_prefix=f"t{time.monotonic_ns()}")
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 1000)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 1000)
     await fleet.start()
     return fleet
 
@@ -40,7 +39,7 @@ async def fleet_state(server: RedisServer) -> FleetState:
 async def state(request: pytest.FixtureRequest, redis_server: RedisServer) -> AsyncIterator[Any]:
     """Each store, in memory and over Redis; the same tests run against both."""
     if request.param == "memory":
-        yield LocalState(1000)
+        yield MemoryStores(1000)
         return
     fleet = await fleet_state(redis_server)
     yield fleet
@@ -48,7 +47,7 @@ async def state(request: pytest.FixtureRequest, redis_server: RedisServer) -> As
 
 
 @pytest.fixture
-async def shared(redis_server: RedisServer) -> AsyncIterator[FleetState]:
+async def shared(redis_server: RedisServer) -> AsyncIterator[RedisStores]:
     """Redis only: behaviour that exists because state outlives a process."""
     fleet = await fleet_state(redis_server)
     yield fleet
@@ -74,10 +73,10 @@ async def test_cache_round_trips_positive_and_negative_entries(state: Any) -> No
     assert await store.get(b"x" * 32) is None
 
 
-async def test_shared_cache_serves_a_fresh_process(shared: FleetState) -> None:
+async def test_shared_cache_serves_a_fresh_process(shared: RedisStores) -> None:
     state = shared
     await state.cache_store().put(b"k" * 32, entry(Authenticated(UserInfo("bob"))))
-    other = FleetState(state.settings, TokenHasher(b"k"), Metrics(), 1000)
+    other = RedisStores(state.settings, TokenHasher(b"k"), Metrics(), 1000)
     await other.start()
     try:
         got = await other.cache_store().get(b"k" * 32)
@@ -113,7 +112,7 @@ async def test_probe_permits_allow_k_then_free_on_release(state: Any) -> None:
     assert await permits.try_acquire() is not None
 
 
-async def test_redis_probe_permits_expire_when_the_holder_dies(shared: FleetState) -> None:
+async def test_redis_probe_permits_expire_when_the_holder_dies(shared: RedisStores) -> None:
     permits = shared.probe_permits("dying", 1, 0.2)
     assert await permits.try_acquire() is not None  # never released
     assert await permits.try_acquire() is None
@@ -125,7 +124,7 @@ async def test_redis_probe_permits_expire_when_the_holder_dies(shared: FleetStat
 async def test_redis_down_falls_back_to_a_local_share_of_the_bucket(tmp_path: Path) -> None:
     down = RedisServer(tmp_path)  # never started
     settings = RedisSettings(url=down.url, expected_replicas=2, retry_seconds=60)
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 100)
     await fleet.start()
     try:
         assert not fleet.link.shared
@@ -155,7 +154,7 @@ async def test_a_redis_that_never_answers_costs_one_deadline_then_local_mode() -
     settings = RedisSettings(
         url=f"redis://127.0.0.1:{port}/0", timeout_seconds=0.2, retry_seconds=60
     )
-    fleet = FleetState(settings, TokenHasher(b"k"), Metrics(), 100)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 100)
     loop = asyncio.get_running_loop()
     try:
         started = loop.time()

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from loadtests.fakes.idp import FakeIdP
 from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import (
     GatewayProcess,
     free_port,

@@ -17,7 +17,7 @@ control port (``POST /_fake/faults`` with a JSON body of the same fields):
 ``GET /_fake/stats`` (or :meth:`FakeIdP.stats`) counts the calls received.
 
 HTTP/1.1 is parsed by h11, with keep-alive, so the gateway's pooled client sees a
-real server. Run standalone with ``python -m loadtests.fakes.idp --port N``.
+real server. Run standalone with ``python -m tests.support.fakes.idp --port N``.
 """
 
 from __future__ import annotations

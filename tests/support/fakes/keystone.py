@@ -31,7 +31,7 @@ Faults are the fake IdP's (``latency``, ``fail_fraction``, ``status``, ``hang``,
   uWSGI set-up the reference shapes were recorded from.
 
 Control port: ``GET /_fake/stats``, ``POST /_fake/faults``, ``POST /_fake/reset``.
-Run with ``python -m loadtests.fakes.keystone --port N --control-port M``.
+Run with ``python -m tests.support.fakes.keystone --port N --control-port M``.
 """
 
 from __future__ import annotations

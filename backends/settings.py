@@ -1,7 +1,10 @@
-"""Typed settings shared by the gateway and every backend.
+"""The settings base shared by the gateway and every backend.
 
 Defaults and validation sit next to the field they belong to. Backend modules
-subclass :class:`BackendSettings`; :mod:`authn_gateway.config` assembles the file.
+subclass :class:`BackendSettings` and register it (:mod:`backends.registry`);
+:mod:`authn_gateway.config` assembles the file.
+
+Rates are written the way limits writes them ("50/second", "3000/minute").
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
+import limits
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -19,9 +23,16 @@ from pydantic import (
     model_validator,
 )
 
-from backends.base import Backend
+from .base import Backend
+from .budget import UNLIMITED, CallBudget
 
-from .bucket import per_second
+
+def per_second(rate: str | float) -> float:
+    """``"50/second"``, ``"3000/minute"`` or a plain number per second."""
+    if isinstance(rate, int | float):
+        return float(rate)
+    item = limits.parse(rate)
+    return item.amount / item.get_expiry()
 
 
 class Strict(BaseModel):
@@ -117,8 +128,10 @@ class TokenRules(Strict):
 
 
 class BackendSettings(Strict):
-    """Fields every backend shares. Subclasses add ``type`` and their own fields."""
+    """Fields every backend shares. Subclasses add their own fields, and narrow ``type``
+    to a literal (their registered name, see :mod:`backends.registry`)."""
 
+    type: str
     name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
     # Tokens starting with this prefix go to this backend only.
     prefix: str | None = None
@@ -144,8 +157,11 @@ class BackendSettings(Strict):
             raise ValueError("token_rules.min_length: must be <= max_length")
         return self
 
-    def build(self) -> Backend:
-        """The backend these settings describe (each backend type implements this)."""
+    def build(self, budget: CallBudget = UNLIMITED) -> Backend:
+        """The backend these settings describe (each backend type implements this).
+
+        ``budget`` pays for the backend's follow-up calls (see :mod:`backends.budget`).
+        """
         raise NotImplementedError
 
     @property

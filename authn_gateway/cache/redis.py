@@ -22,12 +22,13 @@ from typing import Any
 import orjson
 
 from backends.base import Authenticated, Rejected, UserInfo
+from backends.flight import SingleFlight
 
-from .cache import CacheEntry, MemoryStore
-from .coalesce import SingleFlight
-from .keys import TokenHasher
-from .metrics import Metrics
-from .redis_link import RedisDown, RedisLink
+from ..keys import TokenHasher
+from ..metrics import Metrics
+from ..redis_link import RedisLink
+from .memory import MemoryStore
+from .policy import CacheEntry
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class TieredCacheStore:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.local = local
+        self._local = local
         self._link = link
         self._codec = codec
         self._metrics = metrics
@@ -96,25 +97,32 @@ class TieredCacheStore:
         self._reads: SingleFlight[CacheEntry | None] = SingleFlight()
 
     def __len__(self) -> int:
-        return len(self.local)
+        return len(self._local)
 
     def _redis_key(self, key: bytes) -> str:
         return self._link.key("cache", key.hex())
 
     def peek(self, key: bytes, now: float) -> CacheEntry | None:
-        return self.local.get_now(key, now)
+        return self._local.get_now(key, now)
 
     async def get(self, key: bytes) -> CacheEntry | None:
         now = self._clock()
-        entry = self.local.get_now(key, now)
+        entry = self._local.get_now(key, now)
         if entry is not None and now < entry.fresh_until:
             return entry
         remote = await self.get_shared(key)
         if remote is None or remote.stale_until <= now:
             return entry
         if entry is None or remote.fresh_until > entry.fresh_until:
-            self.local.put_now(key, remote)
+            self._local.put_now(key, remote)
             return remote
+        return entry
+
+    async def recheck(self, key: bytes) -> CacheEntry | None:
+        entry = await self.get_shared(key)
+        if entry is None or self._clock() >= entry.fresh_until:
+            return None
+        self._local.put_now(key, entry)
         return entry
 
     async def get_shared(self, key: bytes) -> CacheEntry | None:
@@ -126,10 +134,7 @@ class TieredCacheStore:
 
     async def _fetch(self, key: bytes) -> CacheEntry | None:
         redis_key = self._redis_key(key)
-        try:
-            raw = await self._link.run("cache_get", lambda r: r.get(redis_key))
-        except RedisDown:
-            return None
+        raw = await self._link.either("cache_get", lambda r: r.get(redis_key), lambda: None)
         if raw is None:
             return None
         entry = self._codec.decode(key, raw)
@@ -142,7 +147,7 @@ class TieredCacheStore:
         return entry
 
     async def put(self, key: bytes, entry: CacheEntry) -> None:
-        self.local.put_now(key, entry)
+        self._local.put_now(key, entry)
         ttl_ms = int((entry.stale_until - self._clock()) * 1000)
         if ttl_ms <= 0 or not self._link.shared:
             return

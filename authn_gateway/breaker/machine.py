@@ -12,8 +12,8 @@ every concurrent coroutine through as a probe. So the I/O happens outside pybrea
    with a synchronous thunk, so pybreaker's own counting and transitions apply.
 
 State lives in a pybreaker ``CircuitBreakerStorage``; probe permits behind
-:class:`ProbePermits`. Both have in-memory versions here and shared versions in
-:mod:`authn_gateway.redis_store`.
+:class:`ProbePermits`. Both have in-memory versions in :mod:`.memory` and shared
+versions in :mod:`.redis`; :mod:`.layer` wraps an authenticator with a breaker.
 """
 
 from __future__ import annotations
@@ -58,28 +58,6 @@ class ProbePermits(Protocol):
     def spent(self, permit: str) -> None:
         """The probe was made and its outcome recorded."""
         ...
-
-
-class LocalProbePermits:
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._in_flight = 0
-
-    async def try_acquire(self) -> str | None:
-        return self.acquire_now()
-
-    def acquire_now(self) -> str | None:
-        if self._in_flight >= self._limit:
-            return None
-        self._in_flight += 1
-        return "local"
-
-    def release(self, permit: str) -> None:
-        self._in_flight = max(0, self._in_flight - 1)
-
-    def spent(self, permit: str) -> None:
-        # In one process the outcome moved the breaker before this runs: free the slot.
-        self.release(permit)
 
 
 class FailureRate:

@@ -1,8 +1,9 @@
-"""Positive/negative review cache with serve-stale, over a small storage interface.
+"""Positive/negative review cache policy, over a small storage interface.
 
 The policy (what to store, for how long, when a stale answer may be used) lives in
-:class:`ReviewCache`. Where entries live is a :class:`CacheStore`: in process
-(:class:`MemoryStore`, an LRU) or tiered over Redis (:mod:`authn_gateway.redis_store`).
+:class:`ReviewCache`; :mod:`.layer` applies it to reviews. Where entries live is a
+:class:`CacheStore`: in process (:class:`~.memory.MemoryStore`, an LRU) or tiered over
+Redis (:class:`~.redis.TieredCacheStore`).
 
 Times are Unix wall-clock seconds because entries travel between processes and
 token expiries are reported by IdPs in wall-clock time.
@@ -11,15 +12,11 @@ token expiries are reported by IdPs in wall-clock time.
 from __future__ import annotations
 
 import random
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from backends.base import Authenticated, Outcome, Rejected
-
-from .settings import CacheSettings
+from backends.settings import CacheSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,44 +43,12 @@ class CacheStore(Protocol):
 
     async def put(self, key: bytes, entry: CacheEntry) -> None: ...
 
+    async def recheck(self, key: bytes) -> CacheEntry | None:
+        """A fresh entry another process wrote since (the shared tier only), kept locally;
+        None when there is none, or no shared tier."""
+        ...
+
     def __len__(self) -> int: ...
-
-
-class MemoryStore:
-    """Bounded LRU. Expired entries are dropped when met or pushed out by size."""
-
-    def __init__(self, max_entries: int, clock: Callable[[], float] = time.time) -> None:
-        self._max = max_entries
-        self._clock = clock
-        self._data: OrderedDict[bytes, CacheEntry] = OrderedDict()
-
-    def get_now(self, key: bytes, now: float) -> CacheEntry | None:
-        entry = self._data.get(key)
-        if entry is None:
-            return None
-        if entry.stale_until <= now:
-            del self._data[key]
-            return None
-        self._data.move_to_end(key)
-        return entry
-
-    def put_now(self, key: bytes, entry: CacheEntry) -> None:
-        self._data[key] = entry
-        self._data.move_to_end(key)
-        while len(self._data) > self._max:
-            self._data.popitem(last=False)
-
-    def peek(self, key: bytes, now: float) -> CacheEntry | None:
-        return self.get_now(key, now)
-
-    async def get(self, key: bytes) -> CacheEntry | None:
-        return self.get_now(key, self._clock())
-
-    async def put(self, key: bytes, entry: CacheEntry) -> None:
-        self.put_now(key, entry)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 class ReviewCache:
@@ -116,6 +81,9 @@ class ReviewCache:
 
     async def get(self, key: bytes) -> CacheEntry | None:
         return await self.store.get(key)
+
+    async def recheck(self, key: bytes) -> CacheEntry | None:
+        return await self.store.recheck(key)
 
     async def put(self, key: bytes, outcome: Outcome, now: float) -> None:
         entry = self.entry_for(outcome, now)

@@ -38,7 +38,7 @@ starting with ``path_prefix`` (default: all of them):
 ``GET /_fake/stats`` counts API calls by path and status, with their arrival times;
 ``POST /_fake/reset`` clears faults and counters. Control paths are never faulted.
 
-Run standalone: ``python -m loadtests.fakes.gitlab --port N [--seed seed.json]``, or
+Run standalone: ``python -m tests.support.fakes.gitlab --port N [--seed seed.json]``, or
 ``--synthetic-users N`` for load tests (see :func:`synthetic_seed`).
 """
 

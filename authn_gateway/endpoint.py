@@ -1,0 +1,199 @@
+"""The TokenReview endpoint: a raw ASGI handler.
+
+It is the hot path, and starlette's Request/Response objects would cost more than a
+cached review. Health, metrics and admin routes are an ordinary starlette app
+(:mod:`.ops`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from backends.base import Authenticated, Unavailable, Verdict
+
+from .audit import AuditLog
+from .callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
+from .gateway import Gateway
+from .pipeline import GATEWAY
+from .reviewlog import ReviewLog
+from .tokenreview import BadReview, parse_review, render_bad_request, render_verdict
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class TooLarge(Exception):
+    pass
+
+
+# The request headers the review path reads; one pass collects them.
+_WANTED = frozenset({b"content-type", b"content-encoding", b"content-length", b"authorization"})
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {k: bytes(v) for k, v in scope["headers"] if k in _WANTED}
+
+
+async def _send(
+    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + (extra or [])
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        # The usual case: the whole body in one message.
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise TooLarge
+        return body
+    return await _read_chunks(message, receive, limit)
+
+
+async def _read_chunks(message: Message, receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if message["type"] == "http.disconnect":
+            raise ConnectionResetError
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+        message = await receive()
+
+
+def caller_identity(scope: Scope) -> str:
+    """Who is calling: the TLS client identity when there is one, else the source address."""
+    identity = scope.get(CALLER_KEY)
+    if identity:
+        return str(identity)
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
+class ReviewEndpoint:
+    """POST <review_path>: TokenReview in, TokenReview out (see the answer rules in README)."""
+
+    def __init__(self, gateway: Gateway, review_log: ReviewLog | None) -> None:
+        self.gateway = gateway
+        self.pipeline = gateway.pipeline
+        self.metrics = gateway.metrics
+        self.max_body = gateway.config.server.max_body_bytes
+        self.review_log = review_log
+        self.callers = CallerAuth(gateway.config.server)
+        audit_to = gateway.config.server.audit_log
+        self.audit_log = AuditLog(audit_to) if audit_to else None
+        # Reviews running now; a config reload closes the old gateway once this is 0.
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        if self.callers.required:
+            # Before anything else: an unknown caller learns nothing and costs nothing.
+            caller = self.callers.identify(
+                scope.get(CERT_NAMES_KEY, ()), headers.get(b"authorization")
+            )
+            if caller is None:
+                await self._refuse(
+                    send, 401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
+                )
+                return
+            scope[CALLER_KEY] = caller
+        if scope["method"] != "POST":
+            await self._refuse(send, 405, "method must be POST", [(b"allow", b"POST")])
+            return
+        content_type = headers.get(b"content-type", b"")
+        if (
+            content_type != b"application/json"
+            and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
+        ):
+            await self._refuse(send, 400, "Content-Type must be application/json")
+            return
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None and encoding.strip().lower() != b"identity":
+            await self._refuse(send, 400, "Content-Encoding is not supported")
+            return
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
+            return
+        try:
+            body = await _read_body(receive, self.max_body)
+        except TooLarge:
+            await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
+            return
+        except ConnectionResetError:
+            return
+        try:
+            review = parse_review(body)
+        except BadReview as exc:
+            await self._refuse(send, 400, str(exc))
+            return
+
+        started = time.perf_counter()
+        caller = caller_identity(scope)
+        try:
+            verdict = await self.pipeline.review(review.token, review.audiences, caller)
+        except Exception:
+            # Last line of defence: the answer rules never allow a 500.
+            log.exception("review pipeline failed")
+            verdict = Verdict(Unavailable("internal error"), GATEWAY)
+        outcome = verdict.outcome
+        body, answer = render_verdict(review.api_version, verdict)
+        await _send(send, 200, body)
+
+        elapsed = time.perf_counter() - started
+        self.metrics.review(review.api_version, verdict.backend, answer, elapsed)
+        if self.review_log is None and self.audit_log is None:
+            return
+        token_id = self.gateway.hasher.token_id(review.token)
+        if self.review_log is not None:
+            user = outcome.user.username if isinstance(outcome, Authenticated) else None
+            self.review_log.write(
+                token=token_id,
+                answer=answer,
+                backend=verdict.backend,
+                ms=round(elapsed * 1000, 2),
+                cached=verdict.cached,
+                stale=verdict.stale,
+                user=user,
+                reason=None if isinstance(outcome, Authenticated) else outcome.reason,
+                caller=caller,
+            )
+        if self.audit_log is not None:
+            self.audit_log.write(
+                caller=caller,
+                backend=verdict.backend,
+                answer=answer,
+                outcome=outcome,
+                token_id=token_id,
+                stale=verdict.stale,
+            )
+
+    def close_logs(self) -> None:
+        if self.review_log is not None:
+            self.review_log.flush()
+        if self.audit_log is not None:
+            self.audit_log.close()
+
+    async def _refuse(
+        self, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.metrics.bad_requests.labels(str(status)).inc()
+        await _send(send, status, render_bad_request(message), extra)

@@ -1,0 +1,38 @@
+"""One config generation: its gateway, review endpoint, ops app and logs.
+
+The reloader starts a new generation, swaps it in, then drains and closes the old one;
+the process's metrics registry is shared by all of them, so counters survive reloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .endpoint import ReviewEndpoint
+from .gateway import Gateway
+from .ops import ops_app
+from .reviewlog import ReviewLog
+
+
+class Generation:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        config = gateway.config
+        self.review_log = ReviewLog(config.logging.format) if config.logging.reviews else None
+        self.review_path = config.server.review_path
+        self.review = ReviewEndpoint(gateway, self.review_log)
+        self.ops = ops_app(gateway)
+
+    async def start(self) -> None:
+        await self.gateway.start()
+
+    async def drain(self, patience: float) -> None:
+        """Wait, at most ``patience`` seconds, for the reviews it is running to finish."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience
+        while self.review.in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        await self.gateway.close()
+        self.review.close_logs()

@@ -1,0 +1,90 @@
+"""SIGHUP: load the config again and, if it is valid, move to a new generation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from .app import GatewayApp
+from .config import ConfigError, GatewayConfig, load_config
+from .gateway import Gateway
+from .generation import Generation
+from .logsetup import configure_logging
+
+log = logging.getLogger(__name__)
+
+# These shape listeners and sockets; a reload keeps the running values.
+RESTART_ONLY = (
+    "host",
+    "port",
+    "tls",
+    "ops",
+    "workers",
+    "max_header_bytes",
+    "max_headers",
+    "graceful_shutdown_seconds",
+)
+
+
+class Reloader:
+    """SIGHUP: load the file again; if it is valid, start a new gateway, swap it in, and
+    close the old one once its in-flight reviews are done. If not, keep serving."""
+
+    def __init__(self, app: GatewayApp, source: Path | None, running: GatewayConfig) -> None:
+        self.app = app
+        self.source = source
+        self.running = running
+        self._lock = asyncio.Lock()
+        self.tasks: set[asyncio.Task[bool]] = set()
+
+    def trigger(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _keep_listeners(self, new: GatewayConfig) -> GatewayConfig:
+        running = self.running.server
+        changed = [f for f in RESTART_ONLY if getattr(new.server, f) != getattr(running, f)]
+        if changed:
+            log.warning(
+                "config reload: server.%s changed; that takes effect on restart only",
+                ", server.".join(changed),
+            )
+        kept = new.server.model_copy(update={f: getattr(running, f) for f in RESTART_ONLY})
+        return new.model_copy(update={"server": kept})
+
+    async def reload(self) -> bool:
+        where = str(self.source) if self.source else "<embedded default>"
+        async with self._lock:
+            try:
+                new = self._keep_listeners(load_config(self.source))
+            except ConfigError as exc:
+                problems = "; ".join(str(exc).splitlines())
+                log.error("config reload refused, still serving the previous config: %s", problems)
+                return False
+            gateway: Gateway | None = None
+            generation: Generation | None = None
+            try:
+                # The process's metrics carry on: counters survive reloads.
+                gateway = Gateway(new, metrics=self.app.gateway.metrics, source=where)
+                generation = Generation(gateway)
+                await generation.start()
+            except Exception as exc:
+                log.error(
+                    "config reload refused, still serving the previous config: %s: %s",
+                    where,
+                    exc,
+                )
+                if generation is not None:
+                    await generation.close()
+                elif gateway is not None:
+                    await gateway.close()
+                return False
+            old = self.app.swap(generation)
+            self.running = new
+            configure_logging(new.logging.level, new.logging.format)
+            log.info("config reloaded from %s", where)
+        await old.drain(new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
+        await old.close()
+        return True

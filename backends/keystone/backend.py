@@ -1,0 +1,126 @@
+"""Keystone v3, a drop-in for k8s-keystone-auth's authentication webhook.
+
+A user's token is checked with ``GET /v3/auth/tokens?nocatalog``: the gateway's own
+service token in ``X-Auth-Token``, the user's in ``X-Subject-Token``. Never HEAD (the
+``identity:check_token`` policy refuses service-role tokens) and never
+``allow_expired`` (Keystone would call an expired token valid).
+
+=======================  ==========================================================
+Keystone answers         outcome
+=======================  ==========================================================
+200                      authenticated (mapped as k8s-keystone-auth does)
+404                      rejected: unknown, tampered, expired, revoked, user disabled
+401                      the gateway's *own* token is bad: one coalesced re-login
+403                      unavailable, misconfigured: the service user may not validate
+5xx, 429, transport      unavailable
+=======================  ==========================================================
+
+The incident this backend exists for: Keystone faltered, its 401s were read as "the
+user's token expired", every client logged in again and retried, and the storm kept
+Keystone down. Here a 401 can only ever cost one shared re-login, then exponential
+backoff during which reviews are answered "unavailable" without calling Keystone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import httpx
+
+from ..base import Backend, Outcome, Rejected, Unavailable
+from ..budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
+from ..http import make_client, server_failure
+from .groups import GroupLookup
+from .identity import Group, map_identity
+from .service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
+from .settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
+
+log = logging.getLogger(__name__)
+
+# Keystone tokens (fernet, JWS) are printable ASCII; anything else cannot be sent in a
+# header and cannot be a token.
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
+
+
+class KeystoneBackend(Backend):
+    kind = "keystone"
+
+    def __init__(
+        self,
+        settings: KeystoneSettings,
+        client: httpx.AsyncClient | None = None,
+        budget: CallBudget = UNLIMITED,
+    ) -> None:
+        super().__init__(settings.name)
+        self._s = settings
+        self._base = settings.v3_url + "/"
+        # The review's validation call is paid by the gateway; service logins and group
+        # pages take from ``budget`` in the client's transport.
+        self._client = client or make_client(
+            self._base,
+            settings.timeouts,
+            settings.tls,
+            settings.pool,
+            budget=budget,
+            resend_if_dropped=True,
+        )
+        self.service = ServiceToken(
+            settings.name, self._client, settings.service, settings.service_token, settings.timeouts
+        )
+        self._auth = ServiceTokenAuth(self.service)
+        self._groups = GroupLookup(settings.groups, self._client, self._auth, self._base)
+
+    async def start(self) -> None:
+        if not self._s.tls.verify:
+            log.warning("backend %s: TLS verification is OFF", self.name)
+        await self.service.start()
+
+    async def close(self) -> None:
+        await self.service.close()
+        await self._client.aclose()
+
+    def could_accept(self, token: str) -> bool:
+        if not self._s.fernet_precheck:
+            return True
+        return FERNET_MIN_LENGTH <= len(token) <= self._s.fernet_max_length and bool(
+            FERNET.fullmatch(token)
+        )
+
+    async def authenticate(self, token: str) -> Outcome:
+        if not _HEADER_SAFE.fullmatch(token):
+            return Rejected("not a Keystone token (characters no token has)")
+        answer = await send_with_service_token(
+            lambda: self._client.get(
+                "auth/tokens",
+                params={"nocatalog": "1"},
+                headers={"X-Subject-Token": token},
+                auth=self._auth,
+                extensions=PAID_BY_REVIEW,
+            )
+        )
+        if isinstance(answer, Unavailable):
+            return answer
+        status = answer.status_code
+        if status == 404:
+            return Rejected("Keystone does not know the token (404)")
+        if status == 403:
+            return Unavailable(
+                "the service user may not validate tokens (Keystone 403): give it the "
+                "service role on its project or the reader role on the system",
+                misconfigured=True,
+            )
+        if status != 200:
+            return server_failure(self.kind, answer)
+        try:
+            body = answer.json()["token"]
+            user_id = body["user"]["id"]
+        except (ValueError, KeyError, TypeError):
+            return Unavailable("Keystone sent an unreadable token body")
+        groups: tuple[Group, ...] = ()
+        if self._s.groups.enabled:
+            found = await self._groups.get(str(user_id))
+            if not isinstance(found, tuple):
+                return found
+            groups = found
+        return map_identity(body, groups, self._s)

@@ -1,0 +1,103 @@
+"""A user's Keystone groups (``GET /v3/users/{id}/groups``, every page), cached per user
+apart from the review cache, one lookup per user at a time, last known groups served
+while Keystone cannot list them."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from urllib.parse import quote, urlsplit
+
+import httpx
+from cachetools import TTLCache
+
+from ..base import Rejected, Unavailable
+from ..flight import SingleFlight
+from ..http import server_failure
+from .identity import Group
+from .service_token import ServiceTokenAuth, send_with_service_token
+from .settings import GroupLookupSettings
+
+Groups = tuple[Group, ...]
+
+
+class GroupLookup:
+    def __init__(
+        self,
+        settings: GroupLookupSettings,
+        client: httpx.AsyncClient,
+        auth: ServiceTokenAuth,
+        base_url: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._client = client
+        self._auth = auth
+        self._base = base_url
+        self._clock = clock
+        # Entries live for TTL + max_stale; only the TTL makes them fresh.
+        self._entries: TTLCache[str, tuple[Groups, float]] = TTLCache(
+            settings.max_entries, settings.cache_ttl_seconds + settings.max_stale_seconds, clock
+        )
+        self._flights: SingleFlight[Groups | Rejected | Unavailable] = SingleFlight()
+
+    async def get(self, user_id: str) -> Groups | Rejected | Unavailable:
+        known = self._entries.get(user_id)
+        now = self._clock()
+        if known is not None and now < known[1] + self._settings.cache_ttl_seconds:
+            return known[0]
+        result = await self._flights.do(user_id, lambda: self._fetch(user_id))
+        if isinstance(result, tuple):
+            self._entries[user_id] = (result, self._clock())
+            return result
+        if isinstance(result, Rejected):
+            self._entries.pop(user_id, None)
+            return result
+        if known is not None:
+            # Still in the cache: within TTL + max_stale.
+            return known[0]
+        return result
+
+    async def _fetch(self, user_id: str) -> Groups | Rejected | Unavailable:
+        url: str = f"users/{quote(user_id, safe='')}/groups"
+        groups: list[Group] = []
+        for _page in range(self._settings.max_pages):
+            # Each page is a follow-up call: it takes from the backend's call budget.
+            answer = await send_with_service_token(
+                functools.partial(self._client.get, url, auth=self._auth)
+            )
+            if isinstance(answer, Unavailable):
+                return answer
+            if answer.status_code == 404:
+                return Rejected("the token's user no longer exists (404 on its groups)")
+            if answer.status_code == 403:
+                return Unavailable(
+                    "the service user may not list groups (Keystone 403): it needs the "
+                    "reader role on the system and a system-scoped login",
+                    misconfigured=True,
+                )
+            if answer.status_code != 200:
+                return server_failure("keystone", answer)
+            try:
+                body = answer.json()
+                groups += [
+                    Group(str(g["id"]), str(g["name"]), str(g.get("domain_id", "")))
+                    for g in body["groups"]
+                ]
+                following = (body.get("links") or {}).get("next")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return Unavailable("Keystone sent an unreadable group list")
+            if not following:
+                return tuple(groups)
+            if not self._same_keystone(str(following)):
+                # Our service token must never go to a host the config does not name.
+                return Unavailable("Keystone's next-page link points elsewhere")
+            url = str(following)
+        return Unavailable(f"user has more than {self._settings.max_pages} pages of groups")
+
+    def _same_keystone(self, link: str) -> bool:
+        ours, theirs = urlsplit(self._base), urlsplit(link)
+        return (ours.scheme, ours.netloc) == (theirs.scheme, theirs.netloc) and (
+            theirs.path.startswith(ours.path)
+        )
