@@ -43,6 +43,13 @@ def add_parser(sub: Any) -> None:
     admin.add_argument("--token-file", type=Path, metavar="FILE", help="file holding admin.token")
     admin.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for an https URL")
     admin.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    admin.add_argument(
+        "--as",
+        dest="operator",
+        default=os.environ.get("USER") or None,
+        metavar="NAME",
+        help="your name, for the gateway's audit log (default: $USER)",
+    )
     actions = admin.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     evict = actions.add_parser(
@@ -79,6 +86,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
     subject: dict[str, Any] = {}
     if args.action != "denied":
         subject = {"user": args.user} if args.user is not None else {"token_id": args.token_id}
+        if args.operator:
+            subject["by"] = args.operator
     if args.action == "evict":
         return "POST", "/admin/evict", subject
     if args.action == "deny":

@@ -2,7 +2,8 @@
 
 It answers "who asked about which token, and what were they told" after the fact:
 time, caller, backend, outcome, username, groups, the keyed-hash prefix of the
-token (never the token) and whether a stale identity was served. Lines are written
+token (never the token) and whether a stale identity was served; and each operator
+action through the admin API (``"msg": "admin"``). Lines are written
 in batches by the event loop, like the review log.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -51,6 +52,29 @@ class AuditLog:
             "groups": list(user.groups) if user else None,
             "token": token_id,
             "stale": stale,
+        }
+        self._log.append(orjson.dumps(doc).decode())
+
+    def action(
+        self,
+        *,
+        caller: str,
+        operator: str | None,
+        action: str,
+        subject: dict[str, str] | None,
+        result: dict[str, Any],
+    ) -> None:
+        """An operator's admin action (evict, deny, lift): who, from where, on whom, and
+        what the gateway did. ``operator`` is the name the caller gave, not verified: the
+        admin token is one shared secret."""
+        doc = {
+            "time": round(time.time(), 3),
+            "msg": "admin",
+            "caller": caller,
+            "operator": operator,
+            "action": action,
+            "subject": subject,
+            "result": result,
         }
         self._log.append(orjson.dumps(doc).decode())
 

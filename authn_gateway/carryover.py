@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from backends.settings import BackendSettings
+
 #: Settings that change how a backend is protected, never whom a token belongs to.
 NOT_IDENTITY = frozenset(
     {
@@ -57,3 +59,9 @@ def identity_fingerprint(settings: BaseModel) -> str:
     }
     digest = hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return digest[:16]
+
+
+def cache_namespace(settings: BackendSettings) -> str:
+    """What a backend's cache keys are made under: its name and identity fingerprint
+    (``#`` cannot occur in a backend name, so no two namespaces run into each other)."""
+    return f"{settings.name}#{identity_fingerprint(settings)}"

@@ -128,7 +128,7 @@ async def _review(
         verdict = await gateway.pipeline.review(token, audiences, caller="cli")
     finally:
         await gateway.close()
-    return render_verdict(api_version, verdict).body, describe(verdict)
+    return render_verdict(api_version, verdict, gateway.markers).body, describe(verdict)
 
 
 def cmd_review(args: argparse.Namespace) -> int:

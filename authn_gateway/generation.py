@@ -21,7 +21,7 @@ class Generation:
         self.review_log = ReviewLog(config.logging.format) if config.logging.reviews else None
         self.review_path = config.server.review_path
         self.review = ReviewEndpoint(gateway, self.review_log)
-        self.ops = ops_app(gateway)
+        self.ops = ops_app(gateway, self.review.audit_log)
 
     async def start(self) -> None:
         await self.gateway.start()

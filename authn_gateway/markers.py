@@ -30,7 +30,9 @@ class Markers:
         # One tuple per backend name, made once: this runs on every authenticated answer.
         self._names: dict[str, tuple[str, ...]] = {}
 
-    def extra(self, user: UserInfo, backend: str, stale: bool) -> Mapping[str, tuple[str, ...]]:
+    def user_extra(
+        self, user: UserInfo, backend: str, stale: bool
+    ) -> Mapping[str, tuple[str, ...]]:
         """The ``extra`` to send for ``user``, as decided by ``backend``."""
         if not self.enabled:
             return user.extra

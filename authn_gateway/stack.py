@@ -20,11 +20,13 @@ from .bucket.gcra import TokenBucket
 from .bucket.layer import BudgetLayer
 from .cache.layer import CacheLayer
 from .cache.policy import ReviewCache
+from .carryover import cache_namespace
 from .config import GatewayConfig
 from .deadline import DeadlineLayer
 from .keys import TokenHasher
 from .metrics import Metrics
 from .prerejection import TokenRulesFilter
+from .revocation.eviction import Evictor
 from .stores import Stores
 
 
@@ -53,6 +55,8 @@ class StackContext:
     metrics: Metrics
     hasher: TokenHasher
     handle: BackendStack
+    #: Operator evictions: the cache layer must not write back or serve what was evicted.
+    evictor: Evictor | None = None
 
 
 LayerFactory = Callable[[Authenticator, StackContext], Authenticator]
@@ -64,12 +68,16 @@ def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
 
 def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
+    s = ctx.settings
     return CacheLayer(
         inner,
-        ReviewCache(ctx.config.cache_for(ctx.settings), ctx.stores.cache_store()),
+        ReviewCache(ctx.config.cache_for(s), ctx.stores.cache_store()),
         ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
         ctx.hasher,
         ctx.metrics,
+        namespace=cache_namespace(s),
+        evictor=ctx.evictor,
+        token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
     )
 
 
@@ -129,9 +137,10 @@ def build_stack(
     metrics: Metrics,
     hasher: TokenHasher,
     layers: tuple[LayerFactory, ...] = LAYERS,
+    evictor: Evictor | None = None,
 ) -> BackendStack:
     handle = BackendStack(settings.name, settings, backend, backend, bucket)
-    ctx = StackContext(settings, config, stores, metrics, hasher, handle)
+    ctx = StackContext(settings, config, stores, metrics, hasher, handle, evictor)
     top: Authenticator = backend
     for make in reversed(layers):
         top = make(top, ctx)

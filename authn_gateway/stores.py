@@ -25,10 +25,14 @@ from .cache.redis import EntryCodec, TieredCacheStore
 from .coalesce import Coalescer
 from .coalesce.memory import LocalCoalescer
 from .coalesce.redis import LeaseCoalescer
-from .config import RedisSettings
+from .config import DenyListSettings, RedisSettings
 from .keys import TokenHasher
 from .metrics import Metrics
-from .redis_link import RedisLink
+from .redis_link import REPLICA_ID, RedisLink
+from .revocation.bus import Bus
+from .revocation.denylist import DenyStore
+from .revocation.memory import FileDenyStore, LocalBus, MemoryDenyStore
+from .revocation.redis import RedisBus, RedisDenyStore, reader_client
 from .tasks import Background
 
 
@@ -51,6 +55,14 @@ class Stores(Protocol):
         """``refresh`` is called when another replica changed this backend's breaker."""
         ...
 
+    def deny_store(self, settings: DenyListSettings) -> DenyStore: ...
+
+    def revocation_bus(self) -> Bus: ...
+
+    def forget_breaker(self, backend: str) -> None:
+        """A reload changed this backend's identity: its next breaker starts closed."""
+        ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -60,6 +72,9 @@ class MemoryStores:
     def __init__(self, max_entries: int) -> None:
         self._cache = MemoryStore(max_entries)
         self._buckets = MemoryBucketStore()
+        # Kept by name so that a reload's new breakers carry on from the old state.
+        self._breakers: dict[str, pybreaker.CircuitBreakerStorage] = {}
+        self._deny: DenyStore | None = None
 
     def cache_store(self) -> MemoryStore:
         return self._cache
@@ -68,7 +83,22 @@ class MemoryStores:
         return self._buckets
 
     def breaker_storage(self, backend: str) -> pybreaker.CircuitBreakerStorage:
-        return memory_storage()
+        storage = self._breakers.get(backend)
+        if storage is None:
+            storage = self._breakers[backend] = memory_storage()
+        return storage
+
+    def forget_breaker(self, backend: str) -> None:
+        self._breakers.pop(backend, None)
+
+    def deny_store(self, settings: DenyListSettings) -> DenyStore:
+        # One per process, so a reload keeps even a memory-only deny list.
+        if self._deny is None:
+            self._deny = FileDenyStore(settings.file) if settings.file else MemoryDenyStore()
+        return self._deny
+
+    def revocation_bus(self) -> Bus:
+        return LocalBus()
 
     def probe_permits(self, backend: str, limit: int, ttl: float) -> ProbePermits:
         return LocalProbePermits(limit)
@@ -112,6 +142,15 @@ class RedisStores:
 
     def breaker_storage(self, backend: str) -> pybreaker.CircuitBreakerStorage:
         return self._breakers.storage(backend)
+
+    def forget_breaker(self, backend: str) -> None:
+        self._breakers.forget(backend)
+
+    def deny_store(self, settings: DenyListSettings) -> DenyStore:
+        return RedisDenyStore(self.link)
+
+    def revocation_bus(self) -> Bus:
+        return RedisBus(self.link, reader_client(self.settings), REPLICA_ID)
 
     def watch_breaker(self, backend: str, refresh: Callable[[], object]) -> None:
         self._breakers.watch(backend, refresh)

@@ -12,15 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+import orjson
 import pytest
 import yaml
 
+from authn_gateway.config import GatewayConfig
+from authn_gateway.markers import Markers
+from authn_gateway.tokenreview import render_verdict
+from backends.base import Authenticated, UserInfo, Verdict
 from tests.test_deploy import render
 
 POLICY_FILE = (
     Path(__file__).resolve().parent.parent / "deploy" / "policy" / "stale-identities-read-only.yaml"
 )
 STALE_KEY = "authn-gateway.io/stale"
+V1 = "authentication.k8s.io/v1"
+DEMO = {"name": "demo", "type": "static", "tokens": [{"token": "t", "username": "u"}]}
 
 
 def documents() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -34,6 +41,15 @@ def evaluate(expression: str, request: dict[str, Any]) -> Any:
     if isinstance(result, celpy.CELEvalError):
         raise AssertionError(f"{expression!r} failed: {result}")
     return result
+
+
+def gateway_extra(stale: bool) -> dict[str, list[str]]:
+    """``user.extra`` exactly as the gateway renders it with its default markers."""
+    markers = GatewayConfig.model_validate({"backends": [DEMO]}).markers
+    verdict = Verdict(Authenticated(UserInfo("alice", extra={"team": ("a",)})), "ldap", stale=stale)
+    body = render_verdict(V1, verdict, Markers(markers.prefix, markers.stale, markers.backend))
+    extra: dict[str, list[str]] = orjson.loads(body.body)["status"]["user"]["extra"]
+    return extra
 
 
 def request(extra: dict[str, list[str]] | None, operation: str = "CREATE") -> dict[str, Any]:
@@ -104,6 +120,13 @@ def test_the_policy_matches_stale_identities_only(
     policy, _ = documents()
     [condition] = policy["spec"]["matchConditions"]
     assert evaluate(condition["expression"], request(extra)) == matches
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_the_policy_reads_the_markers_the_gateway_sends(stale: bool) -> None:
+    policy, _ = documents()
+    [condition] = policy["spec"]["matchConditions"]
+    assert evaluate(condition["expression"], request(gateway_extra(stale))) == stale
 
 
 def test_a_matched_request_is_refused_with_a_message_naming_the_user() -> None:

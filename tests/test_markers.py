@@ -11,7 +11,9 @@ ALICE = UserInfo("alice", "1", ("dev",), {"team": ("core",)})
 
 
 def test_a_stale_answer_carries_both_markers() -> None:
-    extra = Markers("authn-gateway.io/", stale=True, backend=True).extra(ALICE, "ldap", stale=True)
+    extra = Markers("authn-gateway.io/", stale=True, backend=True).user_extra(
+        ALICE, "ldap", stale=True
+    )
     assert extra == {
         "team": ("core",),
         "authn-gateway.io/backend": ("ldap",),
@@ -20,7 +22,9 @@ def test_a_stale_answer_carries_both_markers() -> None:
 
 
 def test_a_fresh_answer_names_its_backend_only() -> None:
-    extra = Markers("authn-gateway.io/", stale=True, backend=True).extra(ALICE, "ldap", stale=False)
+    extra = Markers("authn-gateway.io/", stale=True, backend=True).user_extra(
+        ALICE, "ldap", stale=False
+    )
     assert "authn-gateway.io/stale" not in extra
     assert extra["authn-gateway.io/backend"] == ("ldap",)
 
@@ -29,18 +33,20 @@ def test_a_backend_cannot_set_or_clear_the_gateways_markers() -> None:
     forged = UserInfo(
         "mallory", extra={"authn-gateway.io/stale": ("false",), "authn-gateway.io/backend": ("x",)}
     )
-    extra = Markers("authn-gateway.io/", stale=True, backend=True).extra(forged, "ldap", stale=True)
+    extra = Markers("authn-gateway.io/", stale=True, backend=True).user_extra(
+        forged, "ldap", stale=True
+    )
     assert extra == {"authn-gateway.io/backend": ("ldap",), "authn-gateway.io/stale": ("true",)}
 
 
 def test_markers_switch_off_one_at_a_time_and_take_a_prefix() -> None:
     only_stale = Markers("example.com/", stale=True, backend=False)
-    assert only_stale.extra(ALICE, "ldap", stale=True) == {
+    assert only_stale.user_extra(ALICE, "ldap", stale=True) == {
         "team": ("core",),
         "example.com/stale": ("true",),
     }
     off = Markers("example.com/", stale=False, backend=False)
-    assert off.extra(ALICE, "ldap", stale=True) is ALICE.extra
+    assert off.user_extra(ALICE, "ldap", stale=True) is ALICE.extra
 
 
 def test_the_fingerprint_ignores_protection_settings_and_follows_identity_settings() -> None:

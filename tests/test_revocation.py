@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from authn_gateway.cache.memory import MemoryStore
+from authn_gateway.cache.policy import CacheEntry
+from authn_gateway.cache.redis import EntryCodec, TieredCacheStore
 from authn_gateway.config import RedisSettings
+from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
 from authn_gateway.redis_link import RedisLink
 from authn_gateway.revocation import subject as subjects
@@ -21,6 +26,7 @@ from authn_gateway.revocation.eviction import Evictor
 from authn_gateway.revocation.memory import FileDenyStore, LocalBus, MemoryDenyStore
 from authn_gateway.revocation.redis import RedisBus, RedisDenyStore, reader_client
 from authn_gateway.revocation.subject import BadSubject, Subject
+from backends.base import Authenticated, Rejected, UserInfo
 from tests.support.redis_server import RedisServer
 
 ALICE = subjects.user("alice")
@@ -234,7 +240,7 @@ class Tier:
         self.answers = list(answers)
         self.shared_calls = 0
 
-    def evict_local(self, subject: Subject) -> int:
+    async def evict_local(self, subject: Subject) -> int:
         kept = [a for a in self.answers if not subject.matches(*a)]
         dropped = len(self.answers) - len(kept)
         self.answers = kept
@@ -356,3 +362,41 @@ def test_an_answer_started_before_an_eviction_is_not_written_back() -> None:
     assert evictor.evicted_since("alice", None, started)
     assert not evictor.evicted_since("bob", "0123456789ab", started)
     assert not evictor.evicted_since("alice", None, clock.now + 1)  # began after it
+
+
+# The cache's own tiers
+
+
+def entry(username: str | None, token_id: str) -> CacheEntry:
+    now = time.time()
+    outcome = Authenticated(UserInfo(username)) if username else Rejected("invalid")
+    return CacheEntry(outcome, now + 60, now + 600, token_id)
+
+
+async def test_the_memory_tier_drops_a_users_or_a_tokens_entries_only() -> None:
+    store = MemoryStore(100)
+    await store.put(b"k1", entry("alice", "aaaaaaaaaaaa"))
+    await store.put(b"k2", entry("alice", "cccccccccccc"))
+    await store.put(b"k3", entry("bob", "bbbbbbbbbbbb"))
+    assert await store.evict_local(ALICE) == 2
+    assert await store.get(b"k1") is None and await store.get(b"k3") is not None
+    assert await store.evict_local(subjects.token_id("bbbbbbbbbbbb")) == 1
+    assert len(store) == 0
+
+
+async def test_the_shared_tier_drops_entries_through_its_index_and_skips_negatives(
+    link: RedisLink,
+) -> None:
+    hasher = TokenHasher(b"k")
+    writer = TieredCacheStore(MemoryStore(100), link, EntryCodec(hasher), Metrics())
+    reader = TieredCacheStore(MemoryStore(100), link, EntryCodec(hasher), Metrics())
+    await writer.put(b"k1", entry("alice", "aaaaaaaaaaaa"))
+    await writer.put(b"k2", entry("bob", "bbbbbbbbbbbb"))
+    await writer.put(b"k3", entry(None, "dddddddddddd"))
+    assert await link.client.exists(link.key("idx", "token", "dddddddddddd")) == 0
+    assert await reader.evict_shared(ALICE) == 1
+    assert await reader.get(b"k1") is None  # gone from Redis: another replica cannot find it
+    assert (await reader.get(b"k2")) is not None
+    assert await writer.evict_local(ALICE) == 1
+    ttl = await link.client.pttl(link.key("idx", "user", "bob"))
+    assert 0 < ttl <= 600_000

@@ -145,9 +145,16 @@ class BreakerSync:
         link.on_resume(self._push_all)
 
     def storage(self, backend: str) -> SharedBreakerStorage:
-        storage = SharedBreakerStorage(backend, self._link, self._background)
-        self._breakers[backend] = storage
+        """The backend's storage; the same one again after a reload (its state carries on)."""
+        storage = self._breakers.get(backend)
+        if storage is None:
+            storage = SharedBreakerStorage(backend, self._link, self._background)
+            self._breakers[backend] = storage
         return storage
+
+    def forget(self, backend: str) -> None:
+        self._breakers.pop(backend, None)
+        self._on_change.pop(backend, None)
 
     def watch(self, backend: str, refresh: Callable[[], object]) -> None:
         """``refresh`` is called when another replica changed this backend's breaker."""
@@ -165,16 +172,20 @@ class BreakerSync:
             self._background.spawn(storage.push())
 
     async def _sync(self) -> None:
-        names = list(self._breakers)
         while True:
             await asyncio.sleep(self._period)
+            # Read each round: a reload may add or forget backends.
+            storages = dict(self._breakers)
+            names = list(storages)
             if not self._link.shared or not names:
                 continue
 
-            async def read(r: Any) -> list[dict[bytes, bytes]]:
+            async def read(
+                r: Any, names: list[str] = names, storages: dict[str, Any] = storages
+            ) -> list[dict[bytes, bytes]]:
                 pipe = r.pipeline(transaction=False)
                 for name in names:
-                    pipe.hgetall(self._breakers[name].key)
+                    pipe.hgetall(storages[name].key)
                 return list(await pipe.execute())
 
             try:
@@ -182,7 +193,7 @@ class BreakerSync:
             except RedisDown:
                 continue
             for name, fields in zip(names, states, strict=True):
-                if self._breakers[name].apply_remote(fields):
+                if storages[name].apply_remote(fields):
                     refresh = self._on_change.get(name)
                     if refresh is not None:
                         refresh()

@@ -12,12 +12,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from backends.base import Authenticator, Unavailable, Verdict
+from backends.base import Authenticated, Authenticator, Unavailable, Verdict
 
 from ..coalesce import Coalescer
 from ..keys import TokenHasher
 from ..layer import Layer
 from ..metrics import Metrics
+from ..revocation.eviction import Evictor
 from .policy import CacheEntry, ReviewCache
 
 
@@ -30,8 +31,18 @@ class CacheLayer(Layer):
         hasher: TokenHasher,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        *,
+        namespace: str | None = None,
+        evictor: Evictor | None = None,
+        token_prefix: str = "",
     ) -> None:
         super().__init__(inner)
+        # Keys are per backend *and* per identity-relevant settings (carryover.py): after
+        # a reload that changed them, the old entries are never found, so never served.
+        self.namespace = namespace or self.name
+        self.evictor = evictor
+        # Put back what the router stripped, so entries carry the id the review log shows.
+        self.token_prefix = token_prefix
         self.cache = cache
         self.coalescer = coalescer
         self.hasher = hasher
@@ -43,7 +54,7 @@ class CacheLayer(Layer):
         self._miss = metrics.cache_counter(self.name, "miss")
 
     async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
-        key = self.hasher.cache_key(self.name, token, audiences)
+        key = self.hasher.cache_key(self.namespace, token, audiences)
         now = self.clock()
         entry = self.cache.peek(key, now)
         if entry is None or now >= entry.fresh_until:
@@ -52,6 +63,7 @@ class CacheLayer(Layer):
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
         self._miss.inc()
+        asked_at = self.evictor.now() if self.evictor is not None else 0.0
         # Only the miss path pays for a timer. Leaving the flight early does not cancel
         # the shared call: other reviews may still be waiting for it.
         try:
@@ -64,7 +76,7 @@ class CacheLayer(Layer):
         except TimeoutError:
             verdict = Verdict(Unavailable("no answer within the review deadline"), self.name)
         if isinstance(verdict.outcome, Unavailable):
-            return self._stale_or(entry, verdict)
+            return self._stale_or(entry, verdict, asked_at)
         return verdict
 
     async def _fill(
@@ -72,18 +84,32 @@ class CacheLayer(Layer):
     ) -> Verdict:
         """The one call per key: ask below, write what may be cached (before any lease
         is released, so other replicas find it)."""
+        asked_at = self.evictor.now() if self.evictor is not None else 0.0
         verdict = await self.inner.review(token, audiences, deadline)
-        if not isinstance(verdict.outcome, Unavailable):
-            await self.cache.put(key, verdict.outcome, self.clock())
+        outcome = verdict.outcome
+        if isinstance(outcome, Unavailable):
+            return verdict
+        token_id = self.hasher.token_id(self.token_prefix + token)
+        username = outcome.user.username if isinstance(outcome, Authenticated) else None
+        if self.evictor is not None and self.evictor.evicted_since(username, token_id, asked_at):
+            # Evicted while we asked: the answer is real, but must not outlive the eviction.
+            return verdict
+        await self.cache.put(key, outcome, self.clock(), token_id)
         return verdict
 
     async def _recheck(self, key: bytes) -> Verdict | None:
         entry = await self.cache.recheck(key)
         return Verdict(entry.outcome, self.name, cached=True) if entry is not None else None
 
-    def _stale_or(self, known: CacheEntry | None, verdict: Verdict) -> Verdict:
-        """Last known good: a positive entry within max_stale and the token's expiry."""
-        if known is not None and known.positive and self.clock() < known.stale_until:
-            self.metrics.cache(self.name, "stale_served")
-            return Verdict(known.outcome, self.name, stale=True, cached=True)
-        return verdict
+    def _stale_or(self, known: CacheEntry | None, verdict: Verdict, asked_at: float) -> Verdict:
+        """Last known good: a positive entry within max_stale and the token's expiry,
+        unless an operator evicted it while this review waited."""
+        now = self.clock()
+        if known is None or not known.positive or now >= known.stale_until:
+            return verdict
+        if self.evictor is not None and self.evictor.evicted_since(
+            known.username, known.token_id, asked_at
+        ):
+            return verdict
+        self.metrics.stale_served(self.name, now - known.fresh_until)
+        return Verdict(known.outcome, self.name, stale=True, cached=True)

@@ -14,9 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..metrics import Metrics
 from .bus import Bus, Event
 from .denylist import DenyList
-from .eviction import Evictor
+from .eviction import Evicted, Evictor
 from .subject import Subject
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Revocations:
         *,
         sync_seconds: float = 1.0,
         on_action: ActionHook | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.deny_list = deny_list
         self.evictor = evictor
@@ -42,11 +44,13 @@ class Revocations:
         self.origin = origin
         self.sync_seconds = sync_seconds
         self._on_action = on_action
+        self._metrics = metrics
         self._sync: asyncio.Task[None] | None = None
         bus.subscribe(self._received)
 
     async def evict(self, subject: Subject, by: str) -> dict[str, Any]:
         evicted = await self.evictor.evict(subject)
+        self._count_eviction(subject, "admin", evicted)
         told = await self.bus.publish(Event("evict", subject, self.origin))
         answer = {
             "evicted": subject.to_json(),
@@ -102,7 +106,8 @@ class Revocations:
 
     async def _received(self, event: Event) -> None:
         if event.op == "evict":
-            await self.evictor.evict(event.subject)
+            evicted = await self.evictor.evict(event.subject)
+            self._count_eviction(event.subject, "fleet", evicted)
         else:
             await self.deny_list.refresh()
 
@@ -111,10 +116,23 @@ class Revocations:
             await asyncio.sleep(self.sync_seconds)
             try:
                 await self.deny_list.refresh()
+                if self._metrics is not None:
+                    self._metrics.deny_entries.set(len(self.deny_list.entries()))
             except Exception:
                 log.exception("deny list: refresh failed")
 
+    def _count_eviction(self, subject: Subject, source: str, evicted: Evicted) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.evictions.labels(subject.kind, source).inc()
+        self._metrics.evicted_entries.labels("local").inc(evicted.local)
+        if evicted.shared:
+            self._metrics.evicted_entries.labels("shared").inc(evicted.shared)
+
     def _done(self, action: str, subject: Subject, by: str, answer: dict[str, Any]) -> None:
         log.warning("admin: %s %s by %s", action, subject.kind, by)
+        if self._metrics is not None:
+            self._metrics.admin_actions.labels(action).inc()
+            self._metrics.deny_entries.set(len(self.deny_list.entries()))
         if self._on_action is not None:
             self._on_action(action, subject, by, answer)

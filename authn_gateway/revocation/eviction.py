@@ -22,7 +22,7 @@ from .subject import Subject
 
 
 class EvictableTier(Protocol):
-    def evict_local(self, subject: Subject) -> int:
+    async def evict_local(self, subject: Subject) -> int:
         """Drop matching entries held in this process; how many."""
         ...
 
@@ -54,7 +54,7 @@ class Evictor:
         now = self._clock()
         self._recent = {k: t for k, t in self._recent.items() if now - t < self.guard_seconds}
         self._recent[subject.key] = now
-        local = sum(tier.evict_local(subject) for tier in self._tiers)
+        local = sum([await tier.evict_local(subject) for tier in self._tiers])
         if not shared:
             return Evicted(local, None)
         counts = [await tier.evict_shared(subject) for tier in self._tiers]
