@@ -143,6 +143,22 @@ def single(
     return gw, gw
 
 
+MODES = ["two replicas, one redis", "one replica, no redis"]
+
+
+def replicas(
+    mode: str,
+    fake_idp: FakeIdP,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    started: list[GatewayProcess],
+) -> tuple[GatewayProcess, GatewayProcess]:
+    """Two replicas over one Redis, or one replica (twice) with its deny list in a file."""
+    if mode == MODES[0]:
+        return fleet(fake_idp, tmp_path, request.getfixturevalue("redis_server"), started)
+    return single(fake_idp, tmp_path, started)
+
+
 def cache_then_break_the_idp(fake_idp: FakeIdP, first: GatewayProcess, *users: str) -> None:
     for user in users:
         review = status(first, f"good-{user}")
@@ -152,7 +168,7 @@ def cache_then_break_the_idp(fake_idp: FakeIdP, first: GatewayProcess, *users: s
     time.sleep(TTL + 0.2)  # past the fresh TTL: only stale answers are left
 
 
-@pytest.mark.parametrize("mode", ["two replicas, one redis", "one replica, no redis"])
+@pytest.mark.parametrize("mode", MODES)
 def test_stale_answers_are_marked_and_an_eviction_cuts_one_user_everywhere_within_a_second(
     mode: str,
     fake_idp: FakeIdP,
@@ -160,10 +176,7 @@ def test_stale_answers_are_marked_and_an_eviction_cuts_one_user_everywhere_withi
     request: pytest.FixtureRequest,
     gateways: list[GatewayProcess],
 ) -> None:
-    if mode.startswith("two"):
-        a, b = fleet(fake_idp, tmp_path, request.getfixturevalue("redis_server"), gateways)
-    else:
-        a, b = single(fake_idp, tmp_path, gateways)
+    a, b = replicas(mode, fake_idp, tmp_path, request, gateways)
     cache_then_break_the_idp(fake_idp, a, "alice", "bob")
 
     for gw in (a, b):  # b never saw alice: it finds her in the shared tier
@@ -179,7 +192,7 @@ def test_stale_answers_are_marked_and_an_eviction_cuts_one_user_everywhere_withi
     assert code == 0, stderr
     assert answer["evicted"] == {"user": "alice"}
     assert answer["local_entries"] >= 1
-    if mode.startswith("two"):
+    if mode == MODES[0]:
         assert answer["fleet"] is True and answer["shared_entries"] >= 1
     took = max(
         wait_until(lambda gw=gw: not status(gw, "good-alice")["authenticated"], 1.0, "eviction")
@@ -204,11 +217,11 @@ def test_stale_answers_are_marked_and_an_eviction_cuts_one_user_everywhere_withi
     )
     assert action["caller"] == "127.0.0.1"
     text = httpx.get(f"{b.url}/metrics").text
-    source = "fleet" if mode.startswith("two") else "admin"
+    source = "fleet" if mode == MODES[0] else "admin"
     assert metric_value(text, "authn_gateway_evictions_total", kind="user", source=source) == 1
 
 
-@pytest.mark.parametrize("mode", ["two replicas, one redis", "one replica, no redis"])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_denied_token_id_is_refused_everywhere_and_still_after_a_restart(
     mode: str,
     fake_idp: FakeIdP,
@@ -216,11 +229,8 @@ def test_a_denied_token_id_is_refused_everywhere_and_still_after_a_restart(
     request: pytest.FixtureRequest,
     gateways: list[GatewayProcess],
 ) -> None:
-    two = mode.startswith("two")
-    if two:
-        a, b = fleet(fake_idp, tmp_path, request.getfixturevalue("redis_server"), gateways)
-    else:
-        a, b = single(fake_idp, tmp_path, gateways)
+    two = mode == MODES[0]
+    a, b = replicas(mode, fake_idp, tmp_path, request, gateways)
     assert status(a, "good-carol")["authenticated"]
     assert status(a, "good-dave")["authenticated"]
     carol = token_id_of(a, "carol")
