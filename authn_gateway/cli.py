@@ -6,17 +6,26 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import orjson
+from pydantic import ValidationError
 
 from . import __version__, admin_cli
-from .config import ConfigError, GatewayConfig, load_config
+from .config import ConfigError, GatewayConfig, ServerSettings, load_config
 from .logsetup import configure_logging
 from .tokenreview import API_VERSIONS, describe, render_verdict
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line error is one line and exit status 1, like a config error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"{self.prog}: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="authn-gateway",
         description="A Kubernetes TokenReview webhook that shields identity providers "
         "with caching, coalescing, circuit breakers and rate limits.",
@@ -73,10 +82,21 @@ def _load(path: Path | None) -> GatewayConfig | None:
         return None
 
 
-def _apply_overrides(config: GatewayConfig, host: str | None, port: int | None) -> GatewayConfig:
-    server = config.server.model_copy(
-        update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
-    )
+def _apply_overrides(
+    config: GatewayConfig, host: str | None, port: int | None
+) -> GatewayConfig | None:
+    """``config`` with --host/--port, validated like the file's own values."""
+    update = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    if not update:
+        return config
+    try:
+        server = ServerSettings.model_validate({**dict(config.server), **update})
+    except ValidationError as exc:
+        for err in exc.errors(include_input=False, include_url=False):
+            field = err["loc"][0] if err["loc"] else "server"
+            msg = err["msg"].removeprefix("Value error, ")
+            print(f"authn-gateway: --{field}: {msg}", file=sys.stderr)
+        return None
     return config.model_copy(update={"server": server})
 
 
@@ -84,7 +104,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
-    config = _apply_overrides(config, args.host, args.port)
+    overridden = _apply_overrides(config, args.host, args.port)
+    if overridden is None:
+        return 1
+    config = overridden
     configure_logging(config.logging.level, config.logging.format)
     from .server import serve
 
@@ -92,11 +115,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _build_and_close(config: GatewayConfig, source: str) -> None:
-    """Construct every backend (token files, CA bundles), then release what they opened."""
-    from .gateway import build_backends
+    """Build what serve builds before it listens (the TLS context from its files, the
+    gateway with its backends, token files, CA bundles and Redis client), then
+    release it. Nothing connects anywhere."""
+    from .gateway import Gateway
+    from .tls import ServerTLS, TLSError
 
-    for backend in build_backends(config, source):
-        await backend.close()
+    s = config.server
+    if s.tls is not None:
+        try:
+            ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens))
+        except TLSError as exc:
+            raise ConfigError(source, [f"server.{exc}"]) from None
+    gateway = Gateway(config, source=source)
+    await gateway.close()
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -8,13 +8,16 @@ whose lines name the file and the field, e.g.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
+from redis.connection import parse_url
 
 from backends import load_builtin
 from backends.registry import settings_types, type_names
@@ -30,6 +33,37 @@ BACKEND_TYPES = type_names()
 
 EMBEDDED_DEFAULT = "default.yaml"
 SECRET_ENV = "AUTHN_GATEWAY_SECRET"
+
+
+MIN_SECRET_BITS = 256
+_PLACEHOLDER = re.compile(r"replace|change.?me|example|placeholder", re.IGNORECASE)
+
+
+def secret_bits(value: str) -> float:
+    """A conservative estimate of the entropy of a random-looking secret, in bits:
+    hex counts 4 bits a character, base64 6, other printable text log2(94)."""
+    text = value.rstrip("=")
+    if re.fullmatch(r"[0-9a-fA-F]+", text):
+        per_char = 4.0
+    elif re.fullmatch(r"[A-Za-z0-9+/_-]+", text):
+        per_char = 6.0
+    else:
+        per_char = math.log2(94)
+    return len(text) * per_char
+
+
+def secret_weakness(value: str) -> str | None:
+    """Why ``value`` is too weak for a fleet secret, never quoting it; None if it is not."""
+    advice = "use 32 random bytes, e.g. head -c 32 /dev/urandom | base64"
+    if _PLACEHOLDER.search(value):
+        return f"looks like a placeholder, not a generated secret; {advice}"
+    bits = secret_bits(value)
+    if bits < MIN_SECRET_BITS or len(set(value)) < 10:
+        return (
+            f"too weak for fleet mode ({len(value)} characters, at most ~{bits:.0f} bits of "
+            f"entropy, {MIN_SECRET_BITS} needed); {advice}"
+        )
+    return None
 
 
 class ConfigError(Exception):
@@ -79,8 +113,22 @@ class ServerSettings(Strict):
     # Request line plus headers; larger gets 431 and the connection is closed.
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     max_headers: int = Field(default=64, ge=8, le=1024)
+    # A connection must deliver a complete request head within this (from connecting,
+    # or from the first byte of a later request on a kept-alive connection), and
+    # finish a TLS handshake within it; else it is closed (408 when a head was begun).
+    header_timeout_seconds: PositiveFloat = 10.0
+    # The body must be complete within this after its head.
+    body_timeout_seconds: PositiveFloat = 10.0
+    # Open connections per process; beyond it new ones are closed at once and counted
+    # (authn_gateway_connections_refused_total) while established ones keep working.
+    # A parked connection costs ~10 KiB of RSS at most (docs/operations.md), so the
+    # default costs under 20 MiB; kube-apiserver needs a handful.
+    max_connections: int = Field(default=1000, ge=1, le=100_000)
     # Drain in-flight reviews this long on SIGTERM before closing connections.
     graceful_shutdown_seconds: PositiveFloat = 10.0
+    # On SIGTERM an idle kept-alive connection waits this long for one more request,
+    # answered with "Connection: close", before it is closed (see docs/operations.md).
+    drain_idle_seconds: PositiveFloat = 2.0
     # Unset: plain HTTP (the embedded demo default; never for production).
     tls: TLSSettings | None = None
     # Client-certificate identities (Common Name or DNS/URI SAN) that may call.
@@ -108,6 +156,8 @@ class ServerSettings(Strict):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"caller_tokens: name {name!r} is used twice")
+        if self.drain_idle_seconds >= self.graceful_shutdown_seconds:
+            raise ValueError("drain_idle_seconds: must be below graceful_shutdown_seconds")
         if self.workers > 1 and self.ops is None:
             raise ValueError("workers: more than 1 needs ops (each worker has its own metrics)")
         if self.ops is not None and self.ops.port != 0:
@@ -157,8 +207,17 @@ class AdminSettings(Strict):
     """The admin API: breaker overrides, evictions and the deny list. Off by default."""
 
     enabled: bool = False
-    # Callers must send "Authorization: Bearer <token>".
+    # Callers must send "Authorization: Bearer <token>". Not read while disabled.
     token: Secret | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_only_when_enabled(cls, data: object) -> object:
+        # A disabled endpoint needs no token: its env:/file: reference is never resolved,
+        # so the reference config checks on a laptop without the variable set.
+        if isinstance(data, dict) and data.get("enabled") is not True and "token" in data:
+            return {k: v for k, v in data.items() if k != "token"}
+        return data
 
     @model_validator(mode="after")
     def _needs_token(self) -> AdminSettings:
@@ -222,6 +281,18 @@ class RedisSettings(Strict):
     def _one_target(self) -> RedisSettings:
         if (self.url is None) == (not self.sentinels):
             raise ValueError("set exactly one of url or sentinels")
+        if self.url is not None:
+            try:
+                parse_url(self.url)  # type: ignore[no-untyped-call]
+            except ValueError:
+                # redis' own parser, as serve uses it; its message may quote a password.
+                raise ValueError(
+                    "url: not a valid Redis URL (check the port and database)"
+                ) from None
+        for i, sentinel in enumerate(self.sentinels):
+            host, _, port = sentinel.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"sentinels[{i}]: must be host:port")
         if self.cluster and self.sentinels:
             raise ValueError("cluster: cannot be combined with sentinels")
         return self
@@ -249,11 +320,20 @@ class GatewayConfig(Strict):
 
     @model_validator(mode="after")
     def _fleet_needs_a_shared_secret(self) -> GatewayConfig:
-        if self.redis is not None and self.secret is None and not os.environ.get(SECRET_ENV):
+        if self.redis is None:
+            return self
+        if self.secret is None and not os.environ.get(SECRET_ENV):
             raise ValueError(
                 f"secret: required when redis is configured: every replica must use the "
                 f"same secret for cache keys and entry signatures (or set {SECRET_ENV})"
             )
+        where = "secret" if self.secret is not None else f"secret (from {SECRET_ENV})"
+        value = self.secret.get_secret_value() if self.secret else os.environ[SECRET_ENV]
+        weakness = secret_weakness(value)
+        if weakness:
+            # The secret is all that stops anyone who can write to Redis from planting
+            # identities: fleet mode refuses guessable ones.
+            raise ValueError(f"{where}: {weakness}")
         return self
 
     @model_validator(mode="after")
@@ -305,14 +385,54 @@ def _format_errors(exc: ValidationError) -> list[str]:
     return problems
 
 
+class DuplicateKey(yaml.YAMLError):
+    def __init__(self, message: str, mark: yaml.Mark) -> None:
+        super().__init__(message)
+        self.problem = message
+        self.problem_mark = mark
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice in one mapping is an error."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in first:
+                raise DuplicateKey(
+                    f"key {key!r} given twice: at line {first[key]} and line {line}",
+                    key_node.start_mark,
+                )
+            first[key] = line
+        return super().construct_mapping(node, deep)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The YAML error without the text it stumbled on (that may be a secret)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    if isinstance(exc, DuplicateKey):
+        return f"{where.split(',')[0]}: {exc.problem}" if where else str(exc.problem)
+    problem = str(getattr(exc, "problem", None) or "invalid YAML")
+    if "alias" in problem:
+        problem = "undefined alias: quote a value that starts with '*'"
+    elif "tag" in problem:
+        problem = "unknown tag: quote a value that starts with '!'"
+    elif "'" in problem or '"' in problem:
+        # PyYAML quotes the offending text; it may be part of a secret.
+        problem = "invalid YAML here (check the quoting)"
+    return f"{where}{problem}"
+
+
 def parse_config(text: str, source: str) -> GatewayConfig:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(source, [f"{where}{problem}"]) from None
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
     if not isinstance(data, dict):
         raise ConfigError(source, ["top level must be a mapping"])
     try:
@@ -327,7 +447,9 @@ def load_config(path: Path | None) -> GatewayConfig:
         text = resources.files("authn_gateway").joinpath(EMBEDDED_DEFAULT).read_text()
         return parse_config(text, f"<embedded {EMBEDDED_DEFAULT}>")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text (byte {exc.start})"]) from None
     return parse_config(text, str(path))

@@ -19,7 +19,7 @@ from .callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
 from .gateway import Gateway
 from .pipeline import GATEWAY
 from .reviewlog import ReviewLog
-from .tokenreview import BadReview, parse_review, render_bad_request, render_verdict
+from .tokenreview import BadReview, parse_review, render_error, render_verdict
 
 log = logging.getLogger(__name__)
 
@@ -197,4 +197,4 @@ class ReviewEndpoint:
         self, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
         self.metrics.bad_requests.labels(str(status)).inc()
-        await _send(send, status, render_bad_request(message), extra)
+        await _send(send, status, render_error(status, message), extra)

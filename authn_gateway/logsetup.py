@@ -22,12 +22,23 @@ class JSONFormatter(logging.Formatter):
         return orjson.dumps(doc).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """One record, one line: line breaks inside the message (a value from a client or
+    an IdP) are escaped, so no value can forge a log line. Tracebacks stay as they are."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        if "\n" in line or "\r" in line:
+            line = line.replace("\r", "\\r").replace("\n", "\\n")
+        return line
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
     else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        formatter = TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
     root = logging.getLogger()

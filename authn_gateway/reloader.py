@@ -23,6 +23,10 @@ RESTART_ONLY = (
     "workers",
     "max_header_bytes",
     "max_headers",
+    "max_connections",
+    "header_timeout_seconds",
+    "body_timeout_seconds",
+    "drain_idle_seconds",
     "graceful_shutdown_seconds",
 )
 

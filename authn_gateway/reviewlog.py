@@ -9,6 +9,7 @@ never the token.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from typing import IO, Any
@@ -19,11 +20,39 @@ FLUSH_INTERVAL = 0.1
 MAX_BUFFERED = 512
 
 
+# Anything that could end a line or start a fake field must be quoted and escaped.
+_NEEDS_QUOTES = re.compile(r'[\s"=\\\x00-\x1f\x7f\u0085\u2028\u2029]')
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_TO_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f\u0085\u2028\u2029]')
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
 def _logfmt(text: str) -> str:
-    """A logfmt value: quoted when it holds spaces, quotes or equals signs."""
-    if " " in text or '"' in text or "=" in text:
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return text
+    """A logfmt value, quoted and escaped when it holds anything but plain characters,
+    so that a value (a user name from an IdP) can never end the line or add a field."""
+    if not text:
+        return '""'
+    if _NEEDS_QUOTES.search(text) is None:
+        return text
+    return '"' + _TO_ESCAPE.sub(_escape, text) + '"'
+
+
+_second = -1
+_second_text = ""
+
+
+def _utc_now() -> str:
+    """RFC 3339 UTC time with milliseconds; the date part is formatted once a second."""
+    global _second, _second_text
+    now = time.time()
+    second = int(now)
+    if second != _second:
+        _second, _second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_second_text}.{int((now - second) * 1000):03d}Z"
 
 
 class BatchedWriter:
@@ -98,7 +127,8 @@ class ReviewLog:
         else:
             # One expression: this runs on every review, cache hits included.
             line = (
-                f"review token={token} answer={answer} backend={backend} ms={ms} cached={cached}"
+                f"time={_utc_now()} level=info msg=review token={token} answer={answer} "
+                f"backend={backend} ms={ms} cached={cached}"
                 + (" stale=True" if stale else "")
                 + (f" user={_logfmt(user)}" if user is not None else "")
                 + (f" reason={_logfmt(reason)}" if reason is not None else "")

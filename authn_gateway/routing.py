@@ -60,8 +60,13 @@ class Router(Generic[B]):
 
 
 def unavailable_in_chain(unanswered: Sequence[tuple[str, Unavailable]]) -> Unavailable:
-    """The chain's answer when none authenticated and some could not answer."""
-    return Unavailable("; ".join(f"{name}: {u.reason}" for name, u in unanswered))
+    """The chain's answer when none authenticated and some could not answer.
+
+    The verdict names the first backend that could not answer, and the answer renders
+    as ``<backend>: <reason>``; so the first reason goes bare and each further one
+    carries its backend's name: ``sso: timeout; ldap: server down``."""
+    (_, first), rest = unanswered[0], unanswered[1:]
+    return Unavailable("; ".join([first.reason, *(f"{name}: {u.reason}" for name, u in rest)]))
 
 
 class Chain:

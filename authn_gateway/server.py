@@ -24,124 +24,45 @@ from typing import Any
 
 import uvicorn
 import uvloop
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .app import GatewayApp, Receive, Scope, Send
-from .callerauth import CALLER_KEY, CERT_NAMES_KEY
+from .callerauth import CERT_NAMES_KEY
 from .config import ConfigError, GatewayConfig
+from .edge import EdgeLimits, GatewayHttpProtocol
+from .edge_metrics import EdgeCollector
 from .gateway import Gateway
 from .logsetup import configure_logging
 from .reloader import Reloader
-from .tls import ServerTLS, TLSError, certificate_names
-from .tokenreview import render_bad_request
+from .tls import ServerTLS, TLSError
+from .tokenreview import render_error
 
 log = logging.getLogger(__name__)
 
-# A read from the socket may hold the tail of one request and the head of the next,
-# so the raw-byte guard on unfinished heads allows one read's worth of slack.
-HEAD_GUARD_SLACK = 64 * 1024
-
-
-class HeadTooLarge(Exception):
-    pass
-
-
-class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
-    """uvicorn's httptools protocol, plus what the ASGI scope lacks: the verified client
-    certificate's names, and limits on the request head."""
-
-    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
-        self._cert_names: tuple[str, ...] = ()
-        self._max_head = int(getattr(config, "max_header_bytes", 16 * 1024))
-        self._max_headers = int(getattr(config, "max_headers", 64))
-        self._head_bytes = 0
-        self._head_count = 0
-        self._raw_head_bytes = 0
-        self._in_head = True
-        self._too_large = False
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        # The handshake is complete here; the certificate was verified against the client CA.
-        ssl_object = transport.get_extra_info("ssl_object")
-        if ssl_object is not None:
-            self._cert_names = certificate_names(ssl_object.getpeercert())
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._head_bytes = self._head_count = self._raw_head_bytes = 0
-        self._in_head = True
-        if self._cert_names:
-            self.scope[CERT_NAMES_KEY] = self._cert_names  # type: ignore[literal-required]
-            self.scope[CALLER_KEY] = self._cert_names[0]  # type: ignore[literal-required]
-
-    def on_url(self, url: bytes) -> None:
-        self._count(len(url), 0)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4, 1)
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        super().on_headers_complete()
-
-    def _count(self, size: int, headers: int) -> None:
-        self._head_bytes += size
-        self._head_count += headers
-        if self._head_bytes > self._max_head or self._head_count > self._max_headers:
-            self._too_large = True
-            # httptools turns this into a parser error; uvicorn then calls send_400_response.
-            raise HeadTooLarge
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        # httptools buffers a header until it is complete, so one endless header line
-        # never reaches on_header: bound the raw bytes of an unfinished head too.
-        if self._in_head and not self._too_large and not self.transport.is_closing():
-            self._raw_head_bytes += len(data)
-            if self._raw_head_bytes > self._max_head + HEAD_GUARD_SLACK:
-                self._too_large = True
-                self.send_400_response("")
-
-    def send_400_response(self, msg: str) -> None:
-        if not self._too_large:
-            super().send_400_response(msg)
-            return
-        body = render_bad_request(
-            f"request head larger than {self._max_head} bytes or {self._max_headers} headers"
-        )
-        self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n"
-            b"connection: close\r\n\r\n" + body
-        )
-        self.transport.close()
-
 
 class _UvicornConfig(uvicorn.Config):  # type: ignore[misc]
-    """Carries our SSLContext (reloaded in place) and head limits to uvicorn."""
+    """Carries the edge's limits (and, through them, the TLS context) to the protocol.
 
-    def __init__(
-        self,
-        app: Any,
-        *,
-        ssl_context: Any = None,
-        max_header_bytes: int = 16 * 1024,
-        max_headers: int = 64,
-        **kwargs: Any,
-    ) -> None:
+    uvicorn's own ``ssl`` stays unset: the protocol runs the handshake itself, with
+    the context current at that moment, so that it can count failures and so that a
+    reloaded client CA applies (see :mod:`authn_gateway.edge`).
+    """
+
+    def __init__(self, app: Any, *, edge: EdgeLimits, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
-        self.gateway_ssl = ssl_context
-        self.max_header_bytes = max_header_bytes
-        self.max_headers = max_headers
+        self.edge = edge
 
-    def load(self) -> None:
-        super().load()
-        self.ssl = self.gateway_ssl
+
+def edge_limits(config: GatewayConfig, tls: ServerTLS | None) -> EdgeLimits:
+    s = config.server
+    return EdgeLimits(
+        max_header_bytes=s.max_header_bytes,
+        max_headers=s.max_headers,
+        max_connections=s.max_connections,
+        header_timeout=s.header_timeout_seconds,
+        body_timeout=s.body_timeout_seconds,
+        drain_idle_seconds=s.drain_idle_seconds,
+        tls_context=tls.current if tls else None,
+    )
 
 
 class _OpsServer(uvicorn.Server):  # type: ignore[misc]
@@ -160,19 +81,35 @@ class ReviewOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != self.app.review_path:
-            body = render_bad_request("not found")
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 404,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 404, "not found", [])
             return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]]) -> None:
+    body = render_error(status, message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + extra})
+    await send({"type": "http.response.body", "body": body})
+
+
+class CallersOnly:
+    """The review port with no ops port while callers must authenticate: health, metrics
+    and admin answer only authenticated callers, like the review path (which checks
+    callers itself). Probes and Prometheus without a caller identity need server.ops."""
+
+    def __init__(self, app: GatewayApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != self.app.review_path:
+            callers = self.app.review.callers
+            authorization = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            if callers.identify(scope.get(CERT_NAMES_KEY, ()), authorization) is None:
+                await _refuse(
+                    send, 401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
+                )
+                return
         await self.app(scope, receive, send)
 
 
@@ -203,13 +140,11 @@ def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def _uvicorn_config(app: Any, config: GatewayConfig, tls: ServerTLS | None) -> _UvicornConfig:
+def _uvicorn_config(app: Any, config: GatewayConfig, edge: EdgeLimits) -> _UvicornConfig:
     s = config.server
     return _UvicornConfig(
         app,
-        ssl_context=tls.context if tls else None,
-        max_header_bytes=s.max_header_bytes,
-        max_headers=s.max_headers,
+        edge=edge,
         lifespan="on",
         # uvicorn's access log alone halves throughput; the review log replaces it.
         access_log=False,
@@ -225,9 +160,10 @@ def _uvicorn_config(app: Any, config: GatewayConfig, tls: ServerTLS | None) -> _
     )
 
 
-def _ops_config(app: GatewayApp) -> _UvicornConfig:
+def _ops_config(app: GatewayApp, edge: EdgeLimits) -> _UvicornConfig:
     return _UvicornConfig(
         OpsOnly(app),
+        edge=edge,
         lifespan="off",
         access_log=False,
         log_config=None,
@@ -255,15 +191,34 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     """Serve until SIGTERM/SIGINT; reload on SIGHUP."""
     s = config.server
     tls = ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens)) if s.tls else None
-    app = GatewayApp(Gateway(config, source=str(source or "<embedded default.yaml>")))
+    edge = edge_limits(config, tls)
+    listeners = {"review": edge}
+    ops_edge = EdgeLimits(
+        max_header_bytes=s.max_header_bytes,
+        max_headers=s.max_headers,
+        header_timeout=s.header_timeout_seconds,
+        body_timeout=s.body_timeout_seconds,
+        drain_idle_seconds=s.drain_idle_seconds,
+    )
+    if s.ops is not None:
+        listeners["ops"] = ops_edge
+    collector = EdgeCollector(listeners, tls)
+    gateway = Gateway(config, source=str(source or "<embedded default.yaml>"))
+    gateway.metrics.registry.register(collector)
+    app = GatewayApp(gateway)
     review_sock = _bind(s.host, s.port, reuse_port=s.workers > 1)
-    review_server = uvicorn.Server(_uvicorn_config(ReviewOnly(app) if s.ops else app, config, tls))
+    front: Any = app
+    if s.ops is not None:
+        front = ReviewOnly(app)
+    elif s.callers_must_authenticate:
+        front = CallersOnly(app)
+    review_server = uvicorn.Server(_uvicorn_config(front, config, edge))
     ops_server: _OpsServer | None = None
     ops_task: asyncio.Task[None] | None = None
     if s.ops is not None:
         ops_port = s.ops.port + worker if s.ops.port else 0
         ops_sock = _bind(s.ops.host or s.host, ops_port, reuse_port=False)
-        ops_server = _OpsServer(_ops_config(app))
+        ops_server = _OpsServer(_ops_config(app, ops_edge))
         ops_task = asyncio.create_task(ops_server.serve(sockets=[ops_sock]))
         log.info("ops listener (health, metrics) on %s:%d", *ops_sock.getsockname()[:2])
     scheme = "https" if tls else "http"

@@ -1,14 +1,19 @@
-"""The review port's TLS: one SSLContext for the server's life, reloaded in place.
+"""The review port's TLS: a server context rebuilt whenever its files change.
 
-cert-manager (or any rotation) replaces the certificate and key files while the
-gateway runs. Calling ``load_cert_chain`` again on the *same* context makes every
-later handshake use the new pair; established connections keep the old one until
-they close. Nothing needs a restart and uvicorn keeps its listening socket.
+cert-manager (or any rotation) replaces the certificate, key and client-CA files
+while the gateway runs. Each change builds a *new* SSLContext from the new files,
+checked completely before it replaces the current one; every later handshake uses
+it (see :mod:`authn_gateway.edge`, which runs handshakes with ``current()``), and
+established connections keep the one they started with. A fresh context is what
+lets a *removed* client CA stop being trusted: OpenSSL can add CAs to a live
+context's store but never remove them. Nothing needs a restart and the listening
+socket stays.
 
-A failed reload must never leave the live context half-updated (OpenSSL drops the
-certificate when a mismatched key is loaded after it), so a new pair is read once,
-checked on a throwaway context, and only then loaded into the live one, from the
-same bytes.
+A failed reload never touches the current context: the old certificate and CAs stay
+in use, the error is logged, and the next tick tries again.
+
+The expiry time of the serving certificate and of each client CA is kept for the
+``authn_gateway_tls_certificate_expiry_timestamp_seconds`` gauge.
 """
 
 from __future__ import annotations
@@ -19,14 +24,26 @@ import os
 import ssl
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
 
 from .config import TLSSettings
 
 log = logging.getLogger(__name__)
 
 MIN_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True)
+class CertificateExpiry:
+    """One certificate's role ("serving" or "client_ca"), subject and notAfter."""
+
+    role: str
+    subject: str
+    not_after: float
 
 
 class TLSError(Exception):
@@ -52,35 +69,38 @@ def _load_pair(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
         context.load_cert_chain(cert_path, key_path)
 
 
+def _expiries(pem: bytes, role: str, path: Path, what: str) -> list[CertificateExpiry]:
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise TLSError(f"tls.{what}: {path} holds no PEM certificate") from None
+    return [
+        CertificateExpiry(role, c.subject.rfc4514_string(), c.not_valid_after_utc.timestamp())
+        for c in certs
+    ]
+
+
 class ServerTLS:
-    """The server context plus the watcher that keeps its certificate current."""
+    """The current server context, plus the watcher that rebuilds it when files change."""
 
     def __init__(self, settings: TLSSettings, client_cert_optional: bool = False) -> None:
         self.settings = settings
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = MIN_VERSIONS[settings.min_version]
-        # Only the HTTP/1.1 stack is served; say so in ALPN so clients do not try h2.
-        self.context.set_alpn_protocols(["http/1.1"])
-        if settings.client_ca_file is not None:
-            ca = _read(settings.client_ca_file, "client_ca_file").decode("ascii", "replace")
-            try:
-                self.context.load_verify_locations(cadata=ca)
-            except (ssl.SSLError, ValueError) as exc:
-                raise TLSError(
-                    f"tls.client_ca_file: {settings.client_ca_file} is not a PEM CA bundle "
-                    f"({exc.__class__.__name__})"
-                ) from None
-            # Optional only when callers may use a bearer token instead; the review
-            # endpoint then refuses callers that have neither (401).
-            self.context.verify_mode = (
-                ssl.CERT_OPTIONAL if client_cert_optional else ssl.CERT_REQUIRED
-            )
+        self.client_cert_optional = client_cert_optional
+        self.expiries: list[CertificateExpiry] = []
         self._stamp = self._file_stamp()
-        self._load(initial=True)
+        self.context = self._build()
+
+    def current(self) -> ssl.SSLContext:
+        """The context a new handshake uses."""
+        return self.context
+
+    def _paths(self) -> list[Path]:
+        s = self.settings
+        return [s.cert_file, s.key_file] + ([s.client_ca_file] if s.client_ca_file else [])
 
     def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
         stamps = []
-        for path in (self.settings.cert_file, self.settings.key_file):
+        for path in self._paths():
             try:
                 st = os.stat(path)
             except OSError:
@@ -90,33 +110,59 @@ class ServerTLS:
             stamps.append((st.st_mtime_ns, st.st_ino, st.st_size))
         return tuple(stamps)
 
-    def _load(self, initial: bool = False) -> None:
-        cert = _read(self.settings.cert_file, "cert_file")
-        key = _read(self.settings.key_file, "key_file")
+    def _build(self) -> ssl.SSLContext:
+        """A complete new context from the files as they are now, or TLSError."""
+        s = self.settings
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = MIN_VERSIONS[s.min_version]
+        # Only the HTTP/1.1 stack is served; say so in ALPN so clients do not try h2.
+        context.set_alpn_protocols(["http/1.1"])
+        cert = _read(s.cert_file, "cert_file")
+        key = _read(s.key_file, "key_file")
+        expiries = _expiries(cert, "serving", s.cert_file, "cert_file")[:1]
         try:
-            _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert, key)
+            _load_pair(context, cert, key)
         except ssl.SSLError as exc:
             raise TLSError(
-                f"tls: {self.settings.cert_file} and {self.settings.key_file} are not a "
+                f"tls: {s.cert_file} and {s.key_file} are not a "
                 f"matching PEM certificate and key ({exc.reason or exc.__class__.__name__})"
             ) from None
-        _load_pair(self.context, cert, key)
-        if not initial:
-            log.info("TLS certificate reloaded from %s", self.settings.cert_file)
+        if s.client_ca_file is not None:
+            ca = _read(s.client_ca_file, "client_ca_file")
+            try:
+                context.load_verify_locations(cadata=ca.decode("ascii", "replace"))
+            except (ssl.SSLError, ValueError) as exc:
+                raise TLSError(
+                    f"tls.client_ca_file: {s.client_ca_file} is not a PEM CA bundle "
+                    f"({exc.__class__.__name__})"
+                ) from None
+            expiries += _expiries(ca, "client_ca", s.client_ca_file, "client_ca_file")
+            # Optional only when callers may use a bearer token instead; the review
+            # endpoint then refuses callers that have neither (401).
+            context.verify_mode = (
+                ssl.CERT_OPTIONAL if self.client_cert_optional else ssl.CERT_REQUIRED
+            )
+        self.expiries = expiries
+        return context
 
     def reload_if_changed(self) -> bool:
-        """Reload when the files changed; a bad new pair is logged and the old one kept."""
+        """Rebuild when the files changed; a bad new set is logged and the old one kept."""
         stamp = self._file_stamp()
         if stamp == self._stamp:
             return False
         try:
-            self._load()
+            self.context = self._build()
         except TLSError as exc:
             # Half-written files during a rotation look like this too: retry next tick
-            # (the stamp is not recorded), serving the old certificate meanwhile.
-            log.error("TLS reload failed, still serving the previous certificate: %s", exc)
+            # (the stamp is not recorded), serving the old context meanwhile.
+            log.error("TLS reload failed, still serving the previous certificate and CA: %s", exc)
             return False
         self._stamp = stamp
+        log.info(
+            "TLS certificate%s reloaded from %s",
+            " and client CA" if self.settings.client_ca_file else "",
+            ", ".join(str(p) for p in self._paths() if p != self.settings.key_file),
+        )
         return True
 
     async def watch(self) -> None:

@@ -69,8 +69,12 @@ class _Entry:
 
 def parse_token_file(text: str, source: str) -> list[tuple[str, UserInfo]]:
     """Parse token-file CSV. Raises :class:`TokenFileError` naming ``source:line``."""
-    entries: list[tuple[str, UserInfo]] = []
-    seen: set[str] = set()
+    return [(token, user) for token, user, _ in _token_rows(text, source)]
+
+
+def _token_rows(text: str, source: str) -> list[tuple[str, UserInfo, int]]:
+    entries: list[tuple[str, UserInfo, int]] = []
+    seen: dict[str, int] = {}
     for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
@@ -85,10 +89,12 @@ def parse_token_file(text: str, source: str) -> list[tuple[str, UserInfo]]:
         if not username:
             raise TokenFileError(f"{where}: empty user name")
         if token in seen:
-            raise TokenFileError(f"{where}: duplicate token (user {username})")
-        seen.add(token)
+            raise TokenFileError(
+                f"{where}: duplicate token (user {username}), first at line {seen[token]}"
+            )
+        seen[token] = lineno
         groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) > 3 else ()
-        entries.append((token, UserInfo(username=username, uid=uid, groups=groups)))
+        entries.append((token, UserInfo(username=username, uid=uid, groups=groups), lineno))
     return entries
 
 
@@ -109,10 +115,21 @@ class StaticBackend(Backend):
 
     def load(self) -> None:
         """(Re)load every source; raises TokenFileError and keeps the old table."""
-        pairs = [
-            (t.token.get_secret_value(), UserInfo(t.username, t.uid, tuple(t.groups)))
-            for t in self._settings.tokens
-        ]
+        pairs: list[tuple[str, UserInfo]] = []
+        # Where each token was given, so a duplicate names both places (never the token).
+        places: dict[str, str] = {}
+
+        def add(token: str, user: UserInfo, place: str) -> None:
+            if token in places:
+                raise TokenFileError(
+                    f"{place}: duplicate token (user {user.username}), also at {places[token]}"
+                )
+            places[token] = place
+            pairs.append((token, user))
+
+        for i, t in enumerate(self._settings.tokens):
+            user = UserInfo(t.username, t.uid, tuple(t.groups))
+            add(t.token.get_secret_value(), user, f"tokens[{i}]")
         path = self._settings.file
         if path is not None:
             try:
@@ -120,7 +137,10 @@ class StaticBackend(Backend):
                 text = path.read_text()
             except OSError as exc:
                 raise TokenFileError(f"{path}: cannot read: {exc.strerror}") from None
-            pairs += parse_token_file(text, str(path))
+            except UnicodeDecodeError as exc:
+                raise TokenFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+            for token, user, lineno in _token_rows(text, str(path)):
+                add(token, user, f"{path}:{lineno}")
             self._mtime = (stat.st_mtime_ns, stat.st_size)
         self._table = {self._digest(t): _Entry(t.encode(), u) for t, u in pairs}
 

@@ -42,7 +42,7 @@ wrk.path = "/authenticate?timeout=30s"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = [[%s]]
 """
-SECRET = "bench-fleet-secret-0123456789abcdef"
+SECRET = "bench-fleet-only-Qm3Zr7Wk1Vn5Tb9Xc2Yd6Ue0Af4Bg8Ch-LjPs"
 HOT_TOKEN = "good-bench-user"
 
 

@@ -44,7 +44,7 @@ from tests.support.procs import (
 from tests.support.redis_server import RedisServer
 
 HERE = Path(__file__).resolve().parent
-SECRET = "loadtest-fleet-secret-0123456789abcdef"
+SECRET = "loadtest-fleet-only-Rk2Xm6Wq0Zn4Tv8Bc1Yf5Ud9Ag3Eh7Ls-JpNi"
 # Plotted height of each breaker state.
 BREAKER_LEVEL = {"closed": 0, "half-open": 1, "open": 2, "forced_open": 2, "forced_closed": 0}
 

@@ -32,7 +32,7 @@ def test_embedded_default_is_valid() -> None:
 
 
 def test_reference_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AUTHN_GATEWAY_SECRET", "s")
+    monkeypatch.setenv("AUTHN_GATEWAY_SECRET", "test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV")
     monkeypatch.setenv("AUTHN_GATEWAY_ADMIN_TOKEN", "a")
     monkeypatch.setenv("KEYSTONE_SERVICE_PASSWORD", "k")
     config = load_config(Path(__file__).parent.parent / "config" / "gateway.yaml")
@@ -199,3 +199,220 @@ def test_breaker_failure_rate_is_optional_and_validated() -> None:
     assert problems(text) == [
         "backends[0].breaker.failure_rate.threshold: Input should be less than or equal to 1"
     ]
+
+
+# --- check-config passes if and only if serve would ------------------------------------
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "authn_gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _one_clean_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stderr
+
+
+STRONG = "test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV"
+
+
+@pytest.mark.parametrize(
+    "server_or_redis, named",
+    [
+        ({"server": {"tls": {"cert_file": "{d}/absent.crt", "key_file": "{d}/k"}}}, "absent.crt"),
+        ({"server": {"tls": {"cert_file": "{d}", "key_file": "{d}/k"}}}, "Is a directory"),
+        ({"redis": {"url": "redis://127.0.0.1:notaport/0"}, "secret": STRONG}, "redis"),
+    ],
+    ids=["missing-cert", "directory-as-cert", "redis-port"],
+)
+def test_check_config_and_serve_refuse_the_same_files(
+    tmp_path: Path, server_or_redis: dict[str, object], named: str
+) -> None:
+    import yaml
+
+    text = yaml.safe_dump(server_or_redis).replace("{d}", str(tmp_path))
+    path = tmp_path / "gw.yaml"
+    path.write_text(MINIMAL + text)
+    checked = _one_clean_line(_cli("check-config", str(path)))
+    served = _one_clean_line(_cli("serve", "--config", str(path), timeout=30))
+    assert named in checked and named in served
+
+
+def test_check_config_builds_the_tls_context_from_the_real_files(tmp_path: Path) -> None:
+    from tests.test_tls import issue, make_ca
+
+    ca = make_ca("server-ca")
+    cert, key = issue(ca, "gw", server=True).write(tmp_path, "tls")
+    other_cert, _ = issue(ca, "other", server=True).write(tmp_path, "other")
+    good = tmp_path / "good.yaml"
+    good.write_text(MINIMAL + f"server: {{tls: {{cert_file: {cert}, key_file: {key}}}}}\n")
+    assert _cli("check-config", str(good)).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MINIMAL + f"server: {{tls: {{cert_file: {other_cert}, key_file: {key}}}}}\n")
+    assert "not a matching PEM certificate and key" in _one_clean_line(
+        _cli("check-config", str(bad))
+    )
+
+
+# --- errors never echo secrets -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["*Hunter2SecretValue", "!Hunter2SecretValue x"])
+def test_a_secret_that_yaml_misreads_is_never_printed(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(MINIMAL + f"secret: {value}\n")
+    for args in (
+        ("check-config", str(path)),
+        ("serve", "--config", str(path)),
+        ("review", "--config", str(path), "some-token"),
+    ):
+        stderr = _one_clean_line(_cli(*args, timeout=30))
+        assert "Hunter2" not in stderr, args
+        assert "line 6" in stderr and "quote" in stderr
+
+
+# --- secrets strong enough, and needed only when used ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "x",
+        "fleet-secret",
+        "0123456789abcdef" * 2,  # 32 hex characters: 16 bytes
+        "a" * 64,
+        # The placeholder shipped in deploy/base/secret.example.yaml.
+        "REPLACE-with-32-random-bytes-base64",
+    ],
+)
+def test_fleet_mode_refuses_a_weak_or_placeholder_secret(secret: str) -> None:
+    text = MINIMAL + f"redis: {{url: 'redis://127.0.0.1:1/0'}}\nsecret: '{secret}'\n"
+    [problem] = problems(text)
+    assert problem.startswith("secret: ")
+    assert secret not in problem
+    assert "head -c 32 /dev/urandom | base64" in problem
+
+
+def test_the_shipped_placeholder_is_the_one_refused() -> None:
+    import yaml
+
+    root = Path(__file__).parent.parent
+    docs = list(yaml.safe_load_all((root / "deploy/base/secret.example.yaml").read_text()))
+    placeholder = docs[0]["stringData"]["gateway-secret"]
+    text = MINIMAL + f"redis: {{url: 'redis://127.0.0.1:1/0'}}\nsecret: '{placeholder}'\n"
+    assert "placeholder" in problems(text)[0]
+
+
+def test_fleet_mode_accepts_32_random_bytes_as_generated_in_the_docs() -> None:
+    import base64
+    import os
+
+    for secret in (base64.b64encode(os.urandom(32)).decode(), os.urandom(32).hex()):
+        text = MINIMAL + f"redis: {{url: 'redis://127.0.0.1:1/0'}}\nsecret: '{secret}'\n"
+        assert parse_config(text, "gw.yaml").redis is not None
+
+
+def test_a_weak_secret_from_the_environment_is_refused_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTHN_GATEWAY_SECRET", "short")
+    [problem] = problems(MINIMAL + "redis: {url: 'redis://127.0.0.1:1/0'}\n")
+    assert problem.startswith("secret (from AUTHN_GATEWAY_SECRET): too weak")
+
+
+def test_a_disabled_admin_endpoint_needs_no_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTHN_GW_UNSET_ADMIN", raising=False)
+    text = MINIMAL + "admin: {enabled: false, token: env:AUTHN_GW_UNSET_ADMIN}\n"
+    assert parse_config(text, "gw.yaml").admin.token is None
+    enabled = text.replace("enabled: false", "enabled: true")
+    assert problems(enabled) == [
+        "admin.token: environment variable AUTHN_GW_UNSET_ADMIN is not set"
+    ]
+
+
+def test_reference_config_checks_without_the_admin_token(tmp_path: Path) -> None:
+    import os
+
+    from tests.test_tls import issue, make_ca
+
+    # The files the reference config names under /etc/authn-gateway, minted here.
+    etc = tmp_path / "etc"
+    (etc / "tls").mkdir(parents=True)
+    ca = make_ca("ca")
+    issue(ca, "gw", server=True).write(etc / "tls", "tls")
+    (etc / "tls" / "client-ca.crt").write_bytes(ca.cert_pem())
+    (etc / "tokens.csv").write_text("a-token,alice,1\n")
+    root = Path(__file__).parent.parent
+    config = tmp_path / "gateway.yaml"
+    text = (root / "config/gateway.yaml").read_text()
+    config.write_text(text.replace("/etc/authn-gateway/", f"{etc}/"))
+    env = {k: v for k, v in os.environ.items() if k != "AUTHN_GATEWAY_ADMIN_TOKEN"}
+    env["AUTHN_GATEWAY_SECRET"] = STRONG
+    env["KEYSTONE_SERVICE_PASSWORD"] = "k"
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- duplicates name both places -----------------------------------------------------------
+
+
+def test_a_duplicate_yaml_key_names_both_lines() -> None:
+    text = MINIMAL + "server: {port: 1}\nlogging: {}\nserver: {port: 2}\n"
+    assert problems(text) == ["line 8: key 'server' given twice: at line 6 and line 8"]
+
+
+def test_a_static_token_inline_and_in_the_file_names_both_places(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text("# comment\nother,carol,3\nsame-token,bob,2\n")
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "backends:\n  - name: demo\n    type: static\n"
+        f"    file: {tokens}\n    tokens: [{{token: same-token, username: u}}]\n"
+    )
+    stderr = _one_clean_line(_cli("check-config", str(path)))
+    assert f"{tokens}:3: duplicate token (user bob), also at tokens[0]" in stderr
+    assert "same-token" not in stderr
+
+
+def test_two_equal_inline_static_tokens_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        MINIMAL.replace(
+            "[{token: t, username: u}]", "[{token: t, username: u}, {token: t, username: v}]"
+        )
+    )
+    stderr = _one_clean_line(_cli("check-config", str(path)))
+    assert "tokens[1]: duplicate token (user v), also at tokens[0]" in stderr
+
+
+# --- bad input, one line, never a traceback ---------------------------------------------------
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_bytes(MINIMAL.encode() + b"# caf\xe9\n")
+    assert f"{path}: not UTF-8 text" in _one_clean_line(_cli("check-config", str(path)))
+
+
+@pytest.mark.parametrize(
+    "port, message",
+    [
+        ("70000", "--port: Input should be less than or equal to 65535"),
+        ("abc", "invalid int value"),
+    ],
+)
+def test_a_bad_port_on_the_command_line_is_one_line(port: str, message: str) -> None:
+    stderr = _one_clean_line(_cli("serve", "--port", port))
+    assert message in stderr
+    assert len(stderr.strip().splitlines()) == 1

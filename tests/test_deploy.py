@@ -3,6 +3,7 @@ itself: ports, paths, selectors, the webhook kubeconfig and the kubeadm patch.""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -196,14 +197,28 @@ def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:
     assert {k: v for k, v in config.items() if k != "redis"} == base
 
 
+def _mounted_files(root: Path) -> None:
+    """What the Deployment mounts under /etc/authn-gateway, minted for the test."""
+    from tests.test_tls import issue, make_ca
+
+    server_ca, client_ca = make_ca("server-ca"), make_ca("client-ca")
+    (root / "tls").mkdir(parents=True)
+    (root / "client-ca").mkdir()
+    issue(server_ca, "authn-gateway", server=True).write(root / "tls", "tls")
+    (root / "client-ca" / "ca.crt").write_bytes(client_ca.cert_pem())
+
+
 def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    # check-config reads the TLS files as serve does: give it the mounted files.
+    _mounted_files(tmp_path / "etc")
     path = tmp_path / "gateway.yaml"
-    path.write_text(text)
+    path.write_text(text.replace("/etc/authn-gateway/", f"{tmp_path}/etc/"))
     return subprocess.run(
         [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
         capture_output=True,
         text=True,
-        env={**os.environ, "AUTHN_GATEWAY_SECRET": "x" * 32},
+        # What secret.example.yaml says to generate: head -c 32 /dev/urandom | base64
+        env={**os.environ, "AUTHN_GATEWAY_SECRET": base64.b64encode(os.urandom(32)).decode()},
         timeout=60,
     )
 
@@ -302,7 +317,37 @@ def test_kubeadm_patch_adds_the_webhook_flags_and_mount() -> None:
     assert volume["hostPath"]["path"] == mount["mountPath"]
     # The ClusterConfiguration route sets the same flags.
     cluster_config = yaml.safe_load((DEPLOY / "apiserver" / "kubeadm-config.yaml").read_text())
-    assert cluster_config["apiServer"]["extraArgs"] == flag_map
+    # kubeadm.k8s.io/v1beta4 (kubeadm 1.31+) lists extraArgs as name/value pairs.
+    assert cluster_config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    args = cluster_config["apiServer"]["extraArgs"]
+    assert {a["name"]: a["value"] for a in args} == flag_map
+
+
+def test_readme_wiring_matches_the_shipped_kubeconfig_and_flags() -> None:
+    readme = (DEPLOY.parent / "README.md").read_text()
+    kubeconfig = yaml.safe_load((DEPLOY / "apiserver" / "webhook-kubeconfig.yaml").read_text())
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    user = kubeconfig["users"][0]["user"]
+    for value in (
+        cluster["server"],
+        cluster["certificate-authority"],
+        user["client-certificate"],
+        user["client-key"],
+    ):
+        assert value in readme
+    for flag in (DEPLOY / "apiserver" / "kube-apiserver-flags.txt").read_text().split():
+        assert flag in readme
+    service = find(render("base"), "Service", "authn-gateway")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] != "metrics")
+    assert cluster["server"] == f"https://{service['spec']['clusterIP']}:{port}/authenticate"
+    assert "/etc/kubernetes/authn-gateway" not in readme
+    assert "Prometheus\nOperator" in readme or "Prometheus Operator" in readme
+
+
+def test_the_walkthrough_creates_the_namespace_before_the_secrets() -> None:
+    for doc in ("README.md", "docs/operations.md"):
+        text = (DEPLOY.parent / doc).read_text()
+        assert text.index("deploy/base/namespace.yaml") < text.index("secret.example.yaml"), doc
 
 
 def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:

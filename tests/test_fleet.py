@@ -24,7 +24,7 @@ from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer
 
-SECRET = "fleet-test-secret"
+SECRET = "fleet-test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiN"
 Start = Callable[..., GatewayProcess]
 # Seconds by which loopback and scheduling delays can shift an arrival at the fake IdP.
 JITTER = 0.25

@@ -36,7 +36,7 @@ def cluster(tmp_path: Path) -> Iterator[RedisClusterNodes]:
 
 def config(idp: FakeIdP, redis: dict[str, Any]) -> dict[str, Any]:
     return {
-        "secret": "topology-secret",
+        "secret": "topology-test-only-0TZ8kq3vWm1yN5rXb7LcE2uJ9aHsD4fG6pQiV",
         "redis": {"timeout_seconds": 0.5, "breaker_sync_seconds": 0.1, **redis},
         "backends": [userinfo_backend(idp, breaker={"fail_max": 2, "reset_timeout_seconds": 30})],
     }

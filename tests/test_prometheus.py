@@ -298,3 +298,54 @@ def test_every_dashboard_query_is_valid_promql(stack: Stack) -> None:
         concrete = expr.replace("$__rate_interval", "1m").replace("$namespace", ".*")
         body = stack.query(concrete)
         assert body["status"] == "success", (expr, body)
+
+
+def test_certificate_expiry_alert_fires_at_14_days(tmp_path: Path) -> None:
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    cert = {"role": "client_ca", "subject": "CN=client-ca", "pod": "gw-0"}
+    # The CA ends 20 days after the test's time 0: 6 days of silence, then the alert.
+    expiry = {
+        "series": _series("authn_gateway_tls_certificate_expiry_timestamp_seconds", cert),
+        "values": f"{20 * 86400}x2100",
+    }
+    labels = {**cert, "severity": "warning"}
+    tests = {
+        "rule_files": [str(rules_file)],
+        "evaluation_interval": "5m",
+        "tests": [
+            {
+                # Samples as often as evaluations: a sparser series goes stale in between.
+                "interval": "5m",
+                "input_series": [expiry],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "5d",
+                        "alertname": "AuthnGatewayCertificateExpiring",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": "7d",
+                        "alertname": "AuthnGatewayCertificateExpiring",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": labels,
+                                "exp_annotations": _annotations(
+                                    "AuthnGatewayCertificateExpiring", labels
+                                ),
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "tests.yaml"
+    test_file.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -31,7 +31,7 @@ def test_parses_kube_apiserver_token_file_format() -> None:
         ("t1,alice\n", "tokens.csv:1: expected token,user,uid[,groups], got 2 fields"),
         ("ok,a,1\n,bob,2\n", "tokens.csv:2: empty token"),
         ("t1,,1\n", "tokens.csv:1: empty user name"),
-        ("t1,a,1\n\nt1,b,2\n", "tokens.csv:3: duplicate token (user b)"),
+        ("t1,a,1\n\nt1,b,2\n", "tokens.csv:3: duplicate token (user b), first at line 1"),
     ],
 )
 def test_bad_lines_name_file_and_line(text: str, message: str) -> None:

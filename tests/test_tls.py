@@ -660,3 +660,82 @@ def test_unreadable_certificate_stops_start_up_naming_the_file(pki: PKI, tmp_pat
     config["server"]["tls"]["cert_file"] = str(missing)
     with pytest.raises(RuntimeError, match=r"nope\.crt"):
         start_gateway(config, tmp_path)
+
+
+# --- TLS visibility and client-CA rotation --------------------------------------------
+
+
+def _mtls_with_own_ca_file(pki: PKI, tmp_path: Path, gateways: Any) -> tuple[GatewayProcess, Path]:
+    ca_file = tmp_path / "client-ca.crt"
+    ca_file.write_bytes(pki.client_ca_file.read_bytes())
+    gw: GatewayProcess = gateways(tls_config(pki, tmp_path, tls={"client_ca_file": str(ca_file)}))
+    return gw, ca_file
+
+
+def _answered(gw: GatewayProcess, ctx: ssl.SSLContext) -> bool:
+    try:
+        return https_review(gw, ctx).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_client_ca_rotation_with_an_overlapping_bundle(
+    pki: PKI, tmp_path: Path, gateways: Any
+) -> None:
+    """The procedure in docs/operations.md: old CA, then old + new, then new only."""
+    gw, ca_file = _mtls_with_own_ca_file(pki, tmp_path, gateways)
+    old_client = client_context(pki, pki.client("apiserver-old"))
+    new_client = client_context(pki, pki.client("apiserver-new", ca=pki.other_ca))
+    assert _answered(gw, old_client)
+    assert not _answered(gw, new_client)
+    ca_file.write_bytes(pki.client_ca.cert_pem() + pki.other_ca.cert_pem())
+    wait_until(lambda: _answered(gw, new_client), what="the overlapping bundle")
+    assert _answered(gw, old_client)
+    ca_file.write_bytes(pki.other_ca.cert_pem())
+    # A removed CA stops being trusted without a restart.
+    wait_until(lambda: not _answered(gw, old_client), what="the old CA to be dropped")
+    assert _answered(gw, new_client)
+    assert "client CA reloaded" in gw.logs()
+
+
+def test_wrong_ca_handshakes_are_counted_by_reason_and_logged_rate_limited(
+    pki: PKI, tmp_path: Path, gateways: Any
+) -> None:
+    gw, _ = _mtls_with_own_ca_file(pki, tmp_path, gateways)
+    forged = client_context(pki, pki.client("kube-apiserver", ca=pki.other_ca))
+    for _ in range(20):
+        assert not _answered(gw, forged)
+    for _ in range(3):
+        assert not _answered(gw, client_context(pki))  # no certificate at all
+    text = scrape(gw)
+    name = "authn_gateway_tls_handshake_failures_total"
+    wait_until(
+        lambda: metric_value(scrape(gw), name, reason="bad_client_certificate") == 20,
+        what="20 counted failures",
+    )
+    assert metric_value(scrape(gw), name, reason="no_client_certificate") == 3
+    assert metric_value(text, "authn_gateway_reviews_total") == 0
+    lines = [line for line in gw.logs().splitlines() if "TLS handshake failed" in line]
+    # One line per reason per 10 s, naming the reason and the peer.
+    assert len(lines) == 2, lines
+    assert "bad_client_certificate" in lines[0] and "127.0.0.1" in lines[0]
+
+
+def test_expiry_of_the_serving_certificate_and_each_client_ca_is_exported(
+    pki: PKI, tmp_path: Path, gateways: Any
+) -> None:
+    gw, ca_file = _mtls_with_own_ca_file(pki, tmp_path, gateways)
+    ca_file.write_bytes(pki.client_ca.cert_pem() + pki.other_ca.cert_pem())
+    name = "authn_gateway_tls_certificate_expiry_timestamp_seconds"
+    wait_until(
+        lambda: metric_value(scrape(gw), name, role="client_ca", subject="CN=evil-ca") > 0,
+        what="the second CA's gauge",
+    )
+    text = scrape(gw)
+    served = x509.load_pem_x509_certificate(pki.server_cert.read_bytes())
+    assert metric_value(text, name, role="serving", subject="CN=authn-gateway") == (
+        served.not_valid_after_utc.timestamp()
+    )
+    assert metric_value(text, name, role="client_ca", subject="CN=client-ca") == (
+        pki.client_ca.cert.not_valid_after_utc.timestamp()
+    )

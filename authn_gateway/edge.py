@@ -1,0 +1,590 @@
+"""The HTTP/1.1 connection as a hostile client meets it.
+
+uvicorn's httptools protocol, plus what a port reachable by anyone needs:
+
+- **bounds in number and time**: at most ``max_connections`` open (more are closed at
+  once and counted); a head must be complete within ``header_timeout`` and a body
+  within ``body_timeout`` of its head; a TLS handshake within ``header_timeout``;
+- **bounds in bytes per request**: the request line plus headers, counted per
+  request (pipelined requests each get the whole limit), and an unfinished head
+  costs at most ``max_header_bytes`` plus one read slice of parser buffer;
+- **lingering close**: when the gateway ends a connection (an answer before the body
+  was read, ``Connection: close``, a drain) it sends its answer, half-closes, and reads
+  and discards what the client still sends for a bounded time and amount, the way
+  nginx does, so the client reads the answer instead of a reset;
+- **no trailers, no upgrades**: chunked trailers never reach the headers, and
+  ``Upgrade`` (h2c, websocket) is ignored, the body read as for any request;
+- **graceful drain**: on shutdown every connection gets the answer to its current or
+  next request with ``Connection: close``; idle ones wait ``drain_idle_seconds`` for
+  one, then close cleanly;
+- **TLS done here**: the handshake runs in ``loop.start_tls`` with whichever server
+  context is current (so certificate *and* client CA reloads apply to new
+  connections), and its failures are counted by reason and logged, rate-limited.
+
+See docs/decisions.md ("The HTTP edge: uvicorn, extended") for why this extends
+uvicorn instead of replacing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from asyncio import sslproto
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from .callerauth import CALLER_KEY, CERT_NAMES_KEY
+from .tls import certificate_names
+from .tokenreview import render_error
+
+log = logging.getLogger(__name__)
+
+# Data is fed to the parser in slices of this size, so an unfinished head is measured
+# to within one slice wherever it starts in a read (pipelining), and httptools never
+# buffers more than max_header_bytes + READ_SLICE of it.
+READ_SLICE = 4096
+
+# Reasons a handshake failed, as Prometheus label values (a fixed set: labels must
+# not grow with what clients send).
+_HANDSHAKE_REASONS = {
+    "CERTIFICATE_VERIFY_FAILED": "bad_client_certificate",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "no_client_certificate",
+    "UNSUPPORTED_PROTOCOL": "protocol_version",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "protocol_version",
+    "WRONG_VERSION_NUMBER": "not_tls",
+    "HTTP_REQUEST": "not_tls",
+    "HTTPS_PROXY_REQUEST": "not_tls",
+    "NO_SHARED_CIPHER": "no_shared_cipher",
+    "TLSV1_ALERT_UNKNOWN_CA": "client_refused_server_certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "client_refused_server_certificate",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "client_refused_server_certificate",
+    "TLSV1_ALERT_DECRYPT_ERROR": "client_refused_server_certificate",
+}
+HANDSHAKE_REASONS = (*sorted(set(_HANDSHAKE_REASONS.values())), "timeout", "closed", "other")
+# Counted, not logged: a TCP probe or port scan opens and closes without a handshake.
+QUIET_REASONS = frozenset({"closed"})
+
+
+def handshake_reason(exc: BaseException) -> tuple[str, str]:
+    """(label, detail) for a failed handshake; the detail is OpenSSL's own words."""
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "timeout", "no complete handshake in time"
+    if isinstance(exc, ssl.SSLError):
+        reason = str(exc.reason or exc.__class__.__name__)
+        verify = getattr(exc, "verify_message", None)
+        return _HANDSHAKE_REASONS.get(reason, "other"), f"{reason}: {verify}" if verify else reason
+    if isinstance(exc, ConnectionError | OSError):
+        return "closed", "connection closed during the handshake"
+    return "other", exc.__class__.__name__
+
+
+class RateLimitedLog:
+    """At most one line per key per interval; the next line says how many were held back."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warning(self, key: str, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            msg += " (and %d more like it in the last %.0f s)"
+            args = (*args, held, now - last if last is not None else self.interval)
+        self.logger.warning(msg, *args)
+
+
+@dataclass
+class EdgeStats:
+    """Counters of what the edge refused or cut off; exported by :mod:`.edge_metrics`."""
+
+    open_connections: int = 0
+    refused_connections: int = 0
+    timeouts: dict[str, int] = field(default_factory=lambda: {"head": 0, "body": 0})
+    handshake_failures: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(HANDSHAKE_REASONS, 0)
+    )
+    lingering_closes: int = 0
+
+
+@dataclass
+class EdgeLimits:
+    """One listener's bounds; ``tls_context`` is read at each handshake (reloads)."""
+
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 64
+    max_connections: int = 1000
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    drain_idle_seconds: float = 2.0
+    # Lingering close: read and discard at most this much, for at most this long.
+    linger_seconds: float = 5.0
+    linger_bytes: int = 1024 * 1024
+    tls_context: Callable[[], ssl.SSLContext] | None = None
+    stats: EdgeStats = field(default_factory=EdgeStats)
+    # Set by the first connection told to drain: later handshakes finish into a drain.
+    draining: bool = False
+    handshake_log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
+
+
+class _ClosingTransport:
+    """What a request cycle sees as its transport: ``close()`` is a lingering close."""
+
+    def __init__(self, protocol: GatewayHttpProtocol) -> None:
+        self._protocol = protocol
+        self._transport = protocol.transport
+
+    def write(self, data: bytes) -> None:
+        self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return bool(self._transport.is_closing()) or self._protocol.lingering
+
+    def close(self) -> None:
+        self._protocol.close_lingering()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+
+class _Cycle(RequestResponseCycle):  # type: ignore[misc]
+    # Set when a drain made this request the connection's last.
+    drain_close = False
+
+    async def send(self, message: Any) -> None:
+        starting = message["type"] == "http.response.start" and not self.response_started
+        if starting and self.more_body:
+            # An answer before the whole body arrived (413, 401, ...): this connection
+            # cannot carry another request, so say so and close it lingering.
+            self.keep_alive = False
+        await super().send(message)
+
+
+class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
+    """uvicorn's httptools protocol with the edge's bounds (see the module docstring),
+    plus what the ASGI scope lacks: the verified client certificate's names."""
+
+    cycle: _Cycle
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.edge: EdgeLimits = config.edge
+        self._cert_names: tuple[str, ...] = ()
+        self._counted = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
+        self._head_count = 0
+        self._raw_head_bytes = 0
+        self._in_head = True
+        # Between the first byte of a request (on_message_begin) and its headers' end.
+        self._head_started = False
+        self._headers_done = False
+        self._too_large = False
+        self._upgrade_body = False
+        self._draining = False
+        self.lingering = False
+        self._linger_read = 0
+        self._tls_wrapped = False
+        # A 400/431 waiting for the pipelined requests before it to be answered.
+        self._refusal: tuple[int, str] | None = None
+
+    # --- connection life ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self._tls_wrapped:
+            # Called again by the TLS layer, with the TLS transport, once the handshake
+            # is complete.
+            self._http_connection_made(transport)
+            return
+        edge = self.edge
+        if edge.stats.open_connections >= edge.max_connections:
+            # Established connections keep working; this one costs nothing more.
+            edge.stats.refused_connections += 1
+            transport.abort()
+            return
+        self._counted = True
+        edge.stats.open_connections += 1
+        if edge.tls_context is None:
+            self._http_connection_made(transport)
+            return
+        self._wrap_tls(transport, edge.tls_context())
+
+    def _wrap_tls(self, transport: asyncio.Transport, context: ssl.SSLContext) -> None:
+        # What loop.start_tls does, but before any byte is read (uvloop's start_tls
+        # loses a handshake now and then when the ClientHello is already there), and
+        # with the handshake's outcome in our hands. asyncio's SSLProtocol runs on uvloop.
+        self._tls_wrapped = True
+        handshake = self.loop.create_future()
+        handshake.add_done_callback(lambda done: self._handshake_done(done, transport))
+        tls = sslproto.SSLProtocol(
+            self.loop,
+            self,
+            context,
+            handshake,
+            server_side=True,
+            ssl_handshake_timeout=self.edge.header_timeout,  # type: ignore[arg-type]
+        )
+        transport.set_protocol(tls)
+        tls.connection_made(transport)
+
+    def _handshake_done(self, done: asyncio.Future[None], transport: asyncio.Transport) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if exc is None:
+            return
+        edge = self.edge
+        label, detail = handshake_reason(exc)
+        edge.stats.handshake_failures[label] += 1
+        self._uncount()
+        if label in QUIET_REASONS:
+            return
+        peer = transport.get_extra_info("peername")
+        edge.handshake_log.warning(
+            label,
+            "TLS handshake failed (%s) from %s: %s",
+            label,
+            peer[0] if peer else "unknown",
+            detail,
+        )
+
+    def _http_connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            # The certificate was verified against the client CA during the handshake.
+            self._cert_names = certificate_names(ssl_object.getpeercert())
+        self._arm(self.edge.header_timeout, "head")
+        if self.edge.draining:
+            self.shutdown()
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.edge.stats.open_connections -= 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        self._uncount()
+        if self.transport is None:
+            return  # refused, or lost during the TLS handshake
+        super().connection_lost(exc)
+
+    def eof_received(self) -> None:
+        if self.lingering:
+            # The client is done sending: nothing unread is left to cause a reset.
+            self.transport.close()
+
+    # --- timers ------------------------------------------------------------------------
+
+    def _arm(self, seconds: float, phase: str) -> None:
+        self._cancel_timer()
+        self._timer = self.loop.call_later(seconds, self._expired, phase)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self, phase: str) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self.lingering:
+            return
+        if phase == "drain":
+            if self._idle():
+                self.transport.close()
+            elif self._head_started:
+                self._arm(self.edge.header_timeout, "head")
+            return
+        self.edge.stats.timeouts[phase] += 1
+        cycle = self.cycle
+        started = (phase == "head" and self._head_started) or phase == "body"
+        if phase == "body" and cycle is not None:
+            if cycle.response_started:
+                return  # answered already; the rest of the body is discarded as it comes
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if started:
+            self._write_error(408, f"request {phase} not received within the time limit")
+        self.close_lingering()
+
+    def _idle(self) -> bool:
+        return (self.cycle is None or self.cycle.response_complete) and not self._pipeline_busy()
+
+    def _pipeline_busy(self) -> bool:
+        return bool(self.pipeline) or self._head_started
+
+    # --- reading -----------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            self._linger_read += len(data)
+            if self._linger_read > self.edge.linger_bytes:
+                self.transport.close()
+            return
+        if self._refusal is not None:
+            return
+        self._unset_keepalive_if_required()
+        view = memoryview(data)
+        for start in range(0, len(data), READ_SLICE):
+            piece = view[start : start + READ_SLICE]
+            if not self._feed(bytes(piece)):
+                return
+            if self._head_started and not self._too_large:
+                self._raw_head_bytes += len(piece)
+                if self._raw_head_bytes > self.edge.max_header_bytes + READ_SLICE:
+                    # One endless header line never reaches on_header: httptools buffers
+                    # it until it is complete. Stop here, whatever the line says.
+                    self._too_large = True
+                    self.send_400_response("")
+                    return
+        # Timers only for what a read left unfinished: a request that arrives whole
+        # (the usual case) costs no timer at all.
+        if self._timer is None and not self.lingering and self._refusal is None:
+            if not self._in_head:
+                self._arm(self.edge.body_timeout, "body")
+            elif self._head_started:
+                # The next request on a kept-alive connection has begun.
+                self._arm(self.edge.header_timeout, "head")
+
+    def _feed(self, data: bytes) -> bool:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if not self._too_large:
+                self.logger.debug("invalid HTTP request from %s", self.client)
+            self.send_400_response("invalid HTTP request")
+            return False
+        except httptools.HttpParserUpgrade as exc:
+            # llhttp stops at an upgrade request's body. Upgrades are never honoured:
+            # read the body with a fresh parser primed with this request's framing.
+            rest = data[exc.args[0] :]
+            return self._resume_after_upgrade(rest)
+        return True
+
+    def _resume_after_upgrade(self, rest: bytes) -> bool:
+        framing = [
+            (n, v) for n, v in self.headers if n in (b"content-length", b"transfer-encoding")
+        ]
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        if framing and self.cycle is not None:
+            self.cycle.more_body = True
+            self._upgrade_body = True
+            head = b"POST / HTTP/1.1\r\n" + b"".join(n + b": " + v + b"\r\n" for n, v in framing)
+            self._in_head = True
+            self.parser.feed_data(head + b"\r\n")
+        return self._feed(rest) if rest else True
+
+    # --- parser callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._upgrade_body:
+            return
+        super().on_message_begin()
+        self._head_bytes = self._head_count = self._raw_head_bytes = 0
+        self._in_head = self._head_started = True
+        self._headers_done = False
+        if self._cert_names:
+            self.scope[CERT_NAMES_KEY] = self._cert_names  # type: ignore[literal-required]
+            self.scope[CALLER_KEY] = self._cert_names[0]  # type: ignore[literal-required]
+
+    def on_url(self, url: bytes) -> None:
+        if self._upgrade_body:
+            return
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._upgrade_body or self._headers_done:
+            # Trailers: never merged into the headers the application already read.
+            return
+        self._count(len(name) + len(value) + 4, 1)
+        super().on_header(name, value)
+
+    def _count(self, size: int, headers: int) -> None:
+        self._head_bytes += size
+        self._head_count += headers
+        edge = self.edge
+        if self._head_bytes > edge.max_header_bytes or self._head_count > edge.max_headers:
+            self._too_large = True
+            # httptools turns this into a parser error; _feed then answers 431.
+            raise HeadTooLarge
+
+    def _should_upgrade(self) -> bool:
+        return False
+
+    def on_headers_complete(self) -> None:
+        if self._upgrade_body:
+            self._in_head = False
+            return
+        self._in_head = self._head_started = False
+        self._headers_done = True
+        self._cancel_timer()
+        existing = self.cycle
+        self._start_cycle()
+        cycle = self.cycle
+        if self._draining:
+            cycle.keep_alive = False
+            cycle.drain_close = True
+            # Only the newest request closes the connection; older pipelined ones
+            # were queued before it and are answered first.
+            if existing is not None and existing.drain_close and not existing.response_started:
+                existing.keep_alive = True
+                existing.drain_close = False
+
+    def _start_cycle(self) -> None:
+        # uvicorn's on_headers_complete, with our cycle (lingering close, early answers).
+        http_version = self.parser.get_http_version()
+        self.scope["method"] = self.parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            self.scope["http_version"] = http_version
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            import urllib.parse
+
+            path = urllib.parse.unquote(path)
+        self.scope["path"] = self.root_path + path
+        self.scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        self.scope["query_string"] = parsed_url.query or b""
+        existing_cycle = self.cycle
+        self.cycle = _Cycle(
+            scope=self.scope,
+            transport=_ClosingTransport(self),  # type: ignore[arg-type]
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and self.parser.should_keep_alive(),
+            on_response=self.on_response_complete,
+        )
+        if existing_cycle is None or existing_cycle.response_complete:
+            self._start_asgi_task(self.cycle, self.app)
+        else:
+            # Pipelined requests wait their turn.
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, self.app))
+
+    def on_body(self, body: bytes) -> None:
+        if self.cycle is None or self.cycle.response_complete:
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._cancel_timer()
+        self._in_head = True
+        self._raw_head_bytes = 0
+        if self._upgrade_body:
+            self._upgrade_body = False
+        if self.cycle is None or self.cycle.response_complete:
+            return
+        self.cycle.more_body = False
+        self.cycle.message_event.set()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refusal is not None:
+            self._send_refusal_when_due()
+        elif self._draining and self._idle():
+            self.close_lingering()
+
+    # --- answers the protocol writes itself -----------------------------------------
+
+    def _write_error(self, status: int, message: str) -> None:
+        phrases = {
+            400: b"Bad Request",
+            408: b"Request Timeout",
+            431: b"Request Header Fields Too Large",
+        }
+        body = render_error(status, message)
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (status, phrases[status], len(body)) + body
+        )
+
+    def send_400_response(self, msg: str) -> None:
+        if self.transport.is_closing() or self.lingering or self._refusal is not None:
+            return
+        if self._too_large:
+            edge = self.edge
+            self._refusal = (
+                431,
+                f"request head larger than {edge.max_header_bytes} bytes "
+                f"or {edge.max_headers} headers",
+            )
+        else:
+            self._refusal = (400, msg or "invalid HTTP request")
+        if self.cycle is not None and not self.cycle.response_complete and self.cycle.more_body:
+            # The request being read is the one refused: it will not be answered.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+            for entry in list(self.pipeline):
+                if entry[0] is self.cycle:
+                    self.pipeline.remove(entry)
+        self.transport.pause_reading()
+        self._send_refusal_when_due()
+
+    def _send_refusal_when_due(self) -> None:
+        # Pipelined requests before the refused one are answered first, in order.
+        if self._refusal is None or self.pipeline:
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.disconnected:
+            return
+        self._write_error(*self._refusal)
+        self.close_lingering()
+
+    # --- closing -----------------------------------------------------------------------
+
+    def close_lingering(self) -> None:
+        """Close after what was written, without a reset: half-close (plain TCP), then
+        read and discard until the client closes, for at most linger_seconds/bytes."""
+        if self.lingering or self.transport.is_closing():
+            return
+        self.lingering = True
+        self.edge.stats.lingering_closes += 1
+        self._cancel_timer()
+        self.pipeline.clear()
+        transport = self.transport
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()
+        self._timer = self.loop.call_later(self.edge.linger_seconds, transport.close)
+
+    def shutdown(self) -> None:
+        """Drain: the current or next request on this connection is its last."""
+        self._draining = self.edge.draining = True
+        if self.lingering or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            if not self.cycle.response_started:
+                self.cycle.keep_alive = False
+                self.cycle.drain_close = True
+            return
+        if self._pipeline_busy():
+            return  # its head is arriving; on_headers_complete marks it the last
+        self._arm(self.edge.drain_idle_seconds, "drain")
+
+    def timeout_keep_alive_handler(self) -> None:
+        if not self.transport.is_closing() and not self.lingering:
+            self.transport.close()
+
+
+class HeadTooLarge(Exception):
+    pass
