@@ -47,7 +47,7 @@ def config(idp: FakeIdP, tmp_path: Path, **extra: Any) -> dict[str, Any]:
         cache={"positive_ttl_seconds": TTL, "negative_ttl_seconds": TTL, "max_stale_seconds": 600},
     )
     return {
-        "secret": "shared-test-secret",
+        "secret": "revoke-test-only-Qx7Lm2Vb9Tn4Rk8Wc1Zp5Hs3Jd6Fg0Ya",
         "admin": {"enabled": True, "token": ADMIN_TOKEN},
         "server": {"audit_log": str(tmp_path / f"audit-{len(os.listdir(tmp_path))}.jsonl")},
         "backends": [backend],
