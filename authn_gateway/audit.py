@@ -2,34 +2,32 @@
 
 It answers "who asked about which token, and what were they told" after the fact:
 time, caller, backend, outcome, username, groups, the keyed-hash prefix of the
-token (never the token) and whether a stale identity was served; and each operator
-action through the admin API (``"msg": "admin"``). Lines are written
-in batches by the event loop, like the review log.
+token (never the token) and whether a stale identity was served. Every decision gets
+its line (no summaries), through a queue of its own (:mod:`authn_gateway.logsink`),
+with its own bound: a slow reader costs dropped, counted lines, never a waiting review.
+Each operator action through the admin API is a line too (``"msg": "admin"``).
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
 from backends.base import Authenticated, Outcome
 
-from .reviewlog import BatchedWriter
+from .logsink import sink_for
+
+DEFAULT_QUEUE_LINES = 100_000
 
 
 class AuditLog:
-    def __init__(self, destination: str) -> None:
+    def __init__(self, destination: str, queue_lines: int = DEFAULT_QUEUE_LINES) -> None:
+        """``destination``: a file path, or "-" for stdout. A file that cannot be
+        opened raises OSError."""
         self.destination = destination
-        self._file: IO[str] | None = None
-        if destination == "-":
-            stream: IO[str] = sys.stdout
-        else:
-            # Line-buffering is not needed: ReviewLog flushes each batch.
-            self._file = stream = open(destination, "a", encoding="utf-8")  # noqa: SIM115
-        self._log = BatchedWriter(stream)
+        self.sink = sink_for(destination, queue_lines)
 
     def write(
         self,
@@ -53,7 +51,7 @@ class AuditLog:
             "token": token_id,
             "stale": stale,
         }
-        self._log.append(orjson.dumps(doc).decode())
+        self.sink.put(orjson.dumps(doc).decode(), "audit")
 
     def action(
         self,
@@ -76,9 +74,8 @@ class AuditLog:
             "subject": subject,
             "result": result,
         }
-        self._log.append(orjson.dumps(doc).decode())
+        self.sink.put(orjson.dumps(doc).decode(), "audit")
 
     def close(self) -> None:
-        self._log.flush()
-        if self._file is not None:
-            self._file.close()
+        """Wake the writer; the sink itself lives on (a reload reuses it)."""
+        self.sink.wake()

@@ -108,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if overridden is None:
         return 1
     config = overridden
-    configure_logging(config.logging.level, config.logging.format)
+    configure_logging(config.logging.level, config.logging.format, config.logging.queue_lines)
     from .server import serve
 
     return serve(config, args.config)

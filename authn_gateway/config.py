@@ -186,6 +186,22 @@ class LoggingSettings(Strict):
     format: Literal["text", "json"] = "text"
     # One line per review (outcome, backend, latency, token hash prefix).
     reviews: bool = True
+    # Lines (review and process logs) waiting for stderr's reader. When it falls
+    # behind and this fills, new lines are dropped and counted, never waited for.
+    queue_lines: int = Field(default=10_000, ge=100, le=10_000_000)
+    # Unavailable answers with the same backend and reason: the first in each window
+    # is logged, the rest become one review_summary line with a count. 0: every line.
+    outage_summary_seconds: float = Field(default=1.0, ge=0, le=3600)
+    # The audit log's own queue (server.audit_log); every decision gets a line there.
+    audit_queue_lines: int = Field(default=100_000, ge=100, le=10_000_000)
+
+
+class ReadinessSettings(Strict):
+    """/readyz of a cold pod: see authn_gateway/readiness.py and docs/operations.md."""
+
+    # Until every backend has answered once (a probe of a token no IdP knows), the pod
+    # is not ready; after this long it is ready anyway. 0: ready at once.
+    cold_start_grace_seconds: float = Field(default=120.0, ge=0, le=3600)
 
 
 class CacheDefaults(CacheSettings):
@@ -310,6 +326,7 @@ class GatewayConfig(Strict):
     cache: CacheDefaults = Field(default_factory=CacheDefaults)
     inbound_limit: InboundLimitSettings = Field(default_factory=InboundLimitSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    readiness: ReadinessSettings = Field(default_factory=ReadinessSettings)
     # Rejects Kubernetes service-account JWTs locally; kube-apiserver checks those itself.
     reject_service_account_tokens: bool = True
     markers: MarkerSettings = Field(default_factory=MarkerSettings)

@@ -99,7 +99,8 @@ class ReviewEndpoint:
         self.review_log = review_log
         self.callers = CallerAuth(gateway.config.server)
         audit_to = gateway.config.server.audit_log
-        self.audit_log = AuditLog(audit_to) if audit_to else None
+        queue_lines = gateway.config.logging.audit_queue_lines
+        self.audit_log = AuditLog(audit_to, queue_lines) if audit_to else None
         # Reviews running now; a config reload closes the old gateway once this is 0.
         self.in_flight = 0
 

@@ -16,6 +16,7 @@ from .keys import TokenHasher
 from .markers import Markers
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .readiness import ReadinessGate
 from .redis_link import REPLICA_ID
 from .revocation.actions import Revocations
 from .revocation.denylist import DenyList
@@ -142,6 +143,13 @@ class Gateway:
             hasher=self.hasher,
         )
         self.ready = False
+        self.readiness = ReadinessGate(
+            [
+                (b, s.timeouts.total_seconds)
+                for s, b in zip(config.backends, self.backends, strict=True)
+            ],
+            config.readiness.cold_start_grace_seconds,
+        )
         if self._carried_from is not None:
             self._carried_from.owns_stores = False  # built: the stores are ours now
 
@@ -198,6 +206,7 @@ class Gateway:
 
     async def close(self) -> None:
         self.ready = False
+        self.readiness.close()
         for backend in self.backends:
             try:
                 await backend.close()

@@ -18,7 +18,16 @@ class Generation:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         config = gateway.config
-        self.review_log = ReviewLog(config.logging.format) if config.logging.reviews else None
+        logs = config.logging
+        self.review_log = (
+            ReviewLog(
+                logs.format,
+                queue_lines=logs.queue_lines,
+                summary_seconds=logs.outage_summary_seconds,
+            )
+            if logs.reviews
+            else None
+        )
         self.review_path = config.server.review_path
         self.review = ReviewEndpoint(gateway, self.review_log)
         self.ops = ops_app(gateway, self.review.audit_log)

@@ -1,12 +1,17 @@
-"""Process logging: plain text or JSON lines, on stderr."""
+"""Process logging: plain text or JSON lines, on stderr.
+
+Records are formatted where they are logged and queued on the stderr sink, next to the
+review lines (:mod:`authn_gateway.logsink`): a log line never waits for its reader.
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 
 import orjson
+
+from .logsink import DEFAULT_CAPACITY, LogSink, sink_for
 
 
 class JSONFormatter(logging.Formatter):
@@ -22,6 +27,22 @@ class JSONFormatter(logging.Formatter):
         return orjson.dumps(doc).decode()
 
 
+class SinkHandler(logging.Handler):
+    """Queues formatted records on a sink; a full queue drops and counts them."""
+
+    def __init__(self, sink: LogSink) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.put(self.format(record), "process")
+            # Process lines are rare and often looked for at once: no batching delay.
+            self.sink.wake()
+        except Exception:
+            self.handleError(record)
+
+
 class TextFormatter(logging.Formatter):
     """One record, one line: line breaks inside the message (a value from a client or
     an IdP) are escaped, so no value can forge a log line. Tracebacks stay as they are."""
@@ -33,8 +54,10 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str = "info", fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def configure_logging(
+    level: str = "info", fmt: str = "text", queue_lines: int = DEFAULT_CAPACITY
+) -> None:
+    handler: logging.Handler = SinkHandler(sink_for("stderr", queue_lines))
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
     else:

@@ -7,11 +7,17 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .breaker.machine import STATES
+from .logsink import all_sinks
+
+LOGS = ("review", "audit", "process")
 
 PREFIX = "authn_gateway"
 
@@ -154,6 +160,13 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.redis_mode_changes = Counter(
+            f"{PREFIX}_redis_mode_changes",
+            "Switches between shared and local fleet state, by the mode switched to. A gauge "
+            "sampled every scrape misses a few seconds in local mode; this does not.",
+            ["to"],
+            registry=r,
+        )
         self.cache_tampered_entries = Counter(
             f"{PREFIX}_cache_tampered_entries",
             "Shared-cache entries ignored because their signature did not verify.",
@@ -202,6 +215,7 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        r.register(LogSinkCollector())
         self._children: dict[tuple[Any, ...], Any] = {}
         # The per-review pair, resolved once: this runs on every review.
         self._review_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
@@ -256,3 +270,34 @@ class Metrics:
     def breaker_transition(self, backend: str, old: str, new: str) -> None:
         self._child(self.breaker_transitions, backend, old, new).inc()
         self.set_breaker_state(backend, new)
+
+
+class LogSinkCollector(Collector):
+    """The log queues' counts, read at scrape time: the sinks are per process, not per
+    config, so they outlive the Metrics of any one reload."""
+
+    def collect(self) -> Iterator[Metric]:
+        dropped = CounterMetricFamily(
+            f"{PREFIX}_log_lines_dropped",
+            "Log lines dropped unwritten: their reader fell behind and the queue was full.",
+            labels=["log"],
+        )
+        queued = GaugeMetricFamily(
+            f"{PREFIX}_log_queue_lines",
+            "Log lines waiting for their writer, by destination.",
+            labels=["destination"],
+        )
+        totals = dict.fromkeys(LOGS, 0)
+        for sink in all_sinks():
+            for log, count in sink.dropped.items():
+                totals[log] = totals.get(log, 0) + count
+            queued.add_metric([_destination_label(sink.destination)], sink.queued())
+        for log, count in totals.items():
+            dropped.add_metric([log], count)
+        yield dropped
+        yield queued
+
+
+def _destination_label(destination: str) -> str:
+    # A file's path is configuration, not a secret, but "file" keeps the label short.
+    return destination if destination in ("stderr", "stdout") else "file"

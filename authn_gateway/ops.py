@@ -25,9 +25,13 @@ def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        if gateway.ready:
-            return PlainTextResponse("ready")
-        return PlainTextResponse("not ready", status_code=503)
+        if not gateway.ready:
+            return PlainTextResponse("not ready", status_code=503)
+        if not await gateway.readiness.ready():
+            # A cold pod during an IdP outage: see authn_gateway/readiness.py.
+            waiting = ", ".join(gateway.readiness.waiting_for())
+            return PlainTextResponse(f"not ready: no answer yet from {waiting}", status_code=503)
+        return PlainTextResponse("ready")
 
     async def metrics(_: Request) -> Response:
         gateway.metrics.cache_entries.set(len(gateway.stores.cache_store()))

@@ -86,6 +86,8 @@ class RedisLink:
         self._on_resume: list[Callable[[], None]] = []
         self._scripts: dict[str, Any] = {}
         self._set_mode_metric()
+        # Exported at 0 from the start, so that the first switch is an increase.
+        self._switched = {mode: metrics.redis_mode_changes.labels(mode) for mode in MODES}
 
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -157,6 +159,7 @@ class RedisLink:
             return
         self.shared = False
         self._set_mode_metric()
+        self._switched["local"].inc()
         log.warning(
             "redis: %s failed (%s); falling back to local state until it answers",
             op,
@@ -177,6 +180,7 @@ class RedisLink:
                 await self.client.connection_pool.disconnect()
             self.shared = True
             self._set_mode_metric()
+            self._switched["shared"].inc()
             log.warning("redis: answering again; fleet state is shared again")
             for callback in self._on_resume:
                 callback()

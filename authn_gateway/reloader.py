@@ -91,7 +91,7 @@ class Reloader:
                 return False
             old = self.app.swap(generation)
             self.running = new
-            configure_logging(new.logging.level, new.logging.format)
+            configure_logging(new.logging.level, new.logging.format, new.logging.queue_lines)
             log.info("config reloaded from %s", where)
         await old.drain(new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
         await old.close()

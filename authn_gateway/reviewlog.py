@@ -1,8 +1,10 @@
 """One log line per review, cheap enough for the cache-hit path.
 
 Formatting a stdlib ``logging`` record costs more than a cached review itself, so
-review lines are rendered directly (logfmt text or JSON) and written in batches by
-the event loop, at most every 100 ms. Lines carry a keyed-hash prefix of the token,
+review lines are rendered directly (logfmt text or JSON) and queued for a writer
+thread (:mod:`authn_gateway.logsink`): a log reader that stops reading costs dropped,
+counted lines, never a waiting review. Unavailable answers are summarised per backend
+and reason (:class:`OutageSummary`). Lines carry a keyed-hash prefix of the token,
 never the token.
 """
 
@@ -10,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import orjson
 
-FLUSH_INTERVAL = 0.1
-MAX_BUFFERED = 512
-
+from .logsink import DEFAULT_CAPACITY, LogSink, sink_for
 
 # Anything that could end a line or start a fake field must be quoted and escaped.
 _NEEDS_QUOTES = re.compile(r'[\s"=\\\x00-\x1f\x7f\u0085\u2028\u2029]')
@@ -55,44 +55,69 @@ def _utc_now() -> str:
     return f"{_second_text}.{int((now - second) * 1000):03d}Z"
 
 
-class BatchedWriter:
-    """Lines written by the event loop in batches, at most every FLUSH_INTERVAL."""
+class OutageSummary:
+    """Unavailable answers, by backend and reason: the first in each window is logged
+    in full, the rest are counted and logged as one line when the window ends.
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        self._stream = stream
-        self._buffer: list[str] = []
-        self._flush_scheduled = False
+    During an outage every review that cannot be served stale says the same thing;
+    at hundreds of reviews a second those lines would be most of the log.
+    """
 
-    def append(self, line: str) -> None:
-        self._buffer.append(line)
-        if len(self._buffer) >= MAX_BUFFERED:
-            self.flush()
-        elif not self._flush_scheduled:
+    # Reasons come from the backends' own classification, so they are few; past this
+    # many distinct ones in a window, lines are logged in full rather than tracked.
+    MAX_KEYS = 1000
+
+    def __init__(self, seconds: float, emit: Callable[[str, str, int, float], None]) -> None:
+        self.seconds = seconds
+        self._emit = emit
+        self._counts: dict[tuple[str, str], int] = {}
+        self._window_open = False
+
+    def admit(self, backend: str, reason: str) -> bool:
+        """True: log this answer in full. False: it was counted for the summary."""
+        key = (backend, reason)
+        count = self._counts.get(key)
+        if count is not None:
+            self._counts[key] = count + 1
+            return False
+        if self.seconds <= 0 or len(self._counts) >= self.MAX_KEYS:
+            return True
+        if not self._window_open:
             try:
-                asyncio.get_running_loop().call_later(FLUSH_INTERVAL, self.flush)
-                self._flush_scheduled = True
+                asyncio.get_running_loop().call_later(self.seconds, self.end_window)
             except RuntimeError:
-                self.flush()
+                return True  # no event loop to end the window: log every line
+            self._window_open = True
+        self._counts[key] = 0
+        return True
 
-    def flush(self) -> None:
-        self._flush_scheduled = False
-        if not self._buffer:
-            return
-        lines, self._buffer = self._buffer, []
-        stream = self._stream or sys.stderr
-        try:
-            stream.write("\n".join(lines) + "\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed log stream must not fail reviews
+    def end_window(self) -> None:
+        self._window_open = False
+        counts, self._counts = self._counts, {}
+        for (backend, reason), count in counts.items():
+            if count:
+                self._emit(backend, reason, count, self.seconds)
 
 
 class ReviewLog:
     """The review line: logfmt text or a JSON object."""
 
-    def __init__(self, fmt: str = "text", stream: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        fmt: str = "text",
+        stream: IO[str] | None = None,
+        *,
+        queue_lines: int = DEFAULT_CAPACITY,
+        summary_seconds: float = 1.0,
+    ) -> None:
         self._json = fmt == "json"
-        self._writer = BatchedWriter(stream)
+        # stderr, shared with the process log; a stream of its own in tests.
+        self.sink = (
+            LogSink("stream", queue_lines, stream) if stream is not None else sink_for("stderr")
+        )
+        if stream is None:
+            self.sink.capacity = queue_lines
+        self.outages = OutageSummary(summary_seconds, self._write_summary)
 
     def write(
         self,
@@ -108,6 +133,8 @@ class ReviewLog:
         caller: str | None = None,
     ) -> None:
         """Queue one review line; fields with no value are left out."""
+        if answer == "unavailable" and not self.outages.admit(backend, reason or ""):
+            return
         if self._json:
             doc: dict[str, Any] = {
                 "time": round(time.time(), 3),
@@ -134,7 +161,28 @@ class ReviewLog:
                 + (f" reason={_logfmt(reason)}" if reason is not None else "")
                 + (f" caller={_logfmt(caller)}" if caller is not None else "")
             )
-        self._writer.append(line)
+        self.sink.put(line, "review")
+
+    def _write_summary(self, backend: str, reason: str, count: int, seconds: float) -> None:
+        if self._json:
+            doc = {
+                "time": round(time.time(), 3),
+                "msg": "review_summary",
+                "answer": "unavailable",
+                "backend": backend,
+                "reason": reason,
+                "count": count,
+                "seconds": seconds,
+            }
+            line = orjson.dumps(doc).decode()
+        else:
+            line = (
+                f"time={_utc_now()} level=info msg=review_summary answer=unavailable "
+                f"backend={backend} reason={_logfmt(reason)} count={count} seconds={seconds:g}"
+            )
+        self.sink.put(line, "review")
 
     def flush(self) -> None:
-        self._writer.flush()
+        """Log the open window's summaries and wake the writer; never waits for it."""
+        self.outages.end_window()
+        self.sink.wake()

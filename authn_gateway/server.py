@@ -259,7 +259,7 @@ def _run_process(config: GatewayConfig, source: Path | None, worker: int) -> int
 
 
 def _worker_main(config: GatewayConfig, source: Path | None, worker: int) -> None:
-    configure_logging(config.logging.level, config.logging.format)
+    configure_logging(config.logging.level, config.logging.format, config.logging.queue_lines)
     sys.exit(_run_process(config, source, worker))
 
 

@@ -64,7 +64,7 @@ def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-@pytest.mark.parametrize("directory", ["base", "overlays/redis"])
+@pytest.mark.parametrize("directory", ["base", "overlays/redis", "overlays/redis-sentinel"])
 def test_manifests_render_to_kubernetes_objects(directory: str) -> None:
     docs = render(directory)
     assert docs
@@ -197,6 +197,92 @@ def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:
     assert {k: v for k, v in config.items() if k != "redis"} == base
 
 
+def test_redis_overlay_keeps_drains_from_evicting_its_only_redis() -> None:
+    docs = render("overlays/redis")
+    redis = find(docs, "Deployment", "authn-gateway-redis")
+    assert redis["spec"]["replicas"] == 1
+    pdb = find(docs, "PodDisruptionBudget", "authn-gateway-redis")
+    assert labels_match(
+        pdb["spec"]["selector"]["matchLabels"], redis["spec"]["template"]["metadata"]["labels"]
+    )
+    # One memory-only Redis: evicting it empties the shared cache.
+    assert pdb["spec"]["maxUnavailable"] == 0
+    gateway = find(docs, "Deployment", "authn-gateway")
+    assert not labels_match(
+        pdb["spec"]["selector"]["matchLabels"], gateway["spec"]["template"]["metadata"]["labels"]
+    )
+
+
+SENTINEL = DEPLOY / "overlays" / "redis-sentinel"
+
+
+def test_sentinel_overlay_points_the_gateway_at_every_sentinel_by_stable_name() -> None:
+    docs = render("overlays/redis-sentinel")
+    redis = find(docs, "StatefulSet", "authn-gateway-redis")
+    replicas = redis["spec"]["replicas"]
+    assert replicas == 3
+    headless = find(docs, "Service", redis["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert labels_match(headless["spec"]["selector"], pod_labels)
+    assert {p["port"] for p in headless["spec"]["ports"]} == {6379, 26379}
+    config = config_of(docs)["redis"]
+    name, service = redis["metadata"]["name"], headless["metadata"]["name"]
+    assert config["sentinels"] == [f"{name}-{i}.{service}:26379" for i in range(replicas)]
+    assert "url" not in config
+    # start.sh names the same master, the same pods and the same headless Service.
+    script = (SENTINEL / "start.sh").read_text()
+    assert f"master_name={config['sentinel_master']}\n" in script
+    assert f"headless={service}\n" in script
+    assert f'peer="{name}-${{i}}.${{headless}}"' in script
+    assert "for i in " + " ".join(str(i) for i in range(replicas)) + "; do" in script
+    # Apart from redis:, the fleet config is the base config.
+    base = config_of(render("base"))
+    assert {k: v for k, v in config_of(docs).items() if k != "redis"} == base
+
+
+def test_sentinel_overlay_pods_run_redis_and_sentinel_from_the_shipped_script() -> None:
+    docs = render("overlays/redis-sentinel")
+    redis = find(docs, "StatefulSet", "authn-gateway-redis")
+    pod = redis["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert {c["name"]: c["command"][-1] for c in pod["containers"]} == {
+        "redis": "redis",
+        "sentinel": "sentinel",
+    }
+    for container in pod["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["command"][:2] == ["sh", "/scripts/start.sh"]
+    scripts = find(docs, "ConfigMap", "authn-gateway-redis-scripts")
+    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == scripts["metadata"]["name"]
+    assert scripts["data"]["start.sh"] == (SENTINEL / "start.sh").read_text()
+    result = subprocess.run(
+        ["sh", "-n", str(SENTINEL / "start.sh")], capture_output=True, text=True, timeout=10
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_sentinel_overlay_drains_one_redis_at_a_time_and_admits_only_its_peers() -> None:
+    docs = render("overlays/redis-sentinel")
+    redis = find(docs, "StatefulSet", "authn-gateway-redis")
+    pod_labels = redis["spec"]["template"]["metadata"]["labels"]
+    pdb = find(docs, "PodDisruptionBudget", "authn-gateway-redis")
+    assert labels_match(pdb["spec"]["selector"]["matchLabels"], pod_labels)
+    # Three Sentinels with a quorum of two: one may go.
+    assert pdb["spec"]["maxUnavailable"] == 1
+    policy = find(docs, "NetworkPolicy", "authn-gateway-redis")
+    assert labels_match(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
+    (rule,) = policy["spec"]["ingress"]
+    gateway = find(docs, "Deployment", "authn-gateway")
+    sources = [s["podSelector"]["matchLabels"] for s in rule["from"]]
+    assert any(labels_match(s, gateway["spec"]["template"]["metadata"]["labels"]) for s in sources)
+    assert any(labels_match(s, pod_labels) for s in sources)
+    assert {p["port"] for p in rule["ports"]} == {"redis", "sentinel"}
+    assert redis["metadata"]["labels"]["app.kubernetes.io/name"] == "authn-gateway-redis"
+
+
 def _mounted_files(root: Path) -> None:
     """What the Deployment mounts under /etc/authn-gateway, minted for the test."""
     from tests.test_tls import issue, make_ca
@@ -223,7 +309,7 @@ def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("directory", ["base", "overlays/redis"])
+@pytest.mark.parametrize("directory", ["base", "overlays/redis", "overlays/redis-sentinel"])
 def test_shipped_config_passes_check_config(directory: str, tmp_path: Path) -> None:
     cm = find(render(directory), "ConfigMap", "authn-gateway-config")
     result = _check_config(cm["data"]["gateway.yaml"], tmp_path)

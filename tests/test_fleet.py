@@ -155,12 +155,16 @@ async def test_stopping_redis_mid_storm_fails_no_review_and_sharing_resumes(
     cold = await reviews(replicas[0], ["good-newcomer"])
     assert cold[0].review["user"]["username"] == "newcomer"
     assert metric_value(metrics(replicas[0]), "authn_gateway_redis_mode", mode="local") == 1
+    # Counted, so that an episode shorter than a scrape interval still shows (and alerts).
+    changes = "authn_gateway_redis_mode_changes_total"
+    assert metric_value(metrics(replicas[0]), changes, to="local") == 1
     assert "falling back to local state" in replicas[0].logs()
 
     redis_server.start()
     await asyncio.sleep(1.5)  # retry_seconds is 0.5
     for gw in replicas:
         assert metric_value(metrics(gw), "authn_gateway_redis_mode", mode="shared") == 1
+    assert metric_value(metrics(replicas[0]), changes, to="shared") == 1
     fake_idp.reset_stats()
     fake_idp.configure(latency=0.5)
     await asyncio.gather(*(reviews(gw, ["good-after-restart"] * 10) for gw in replicas))

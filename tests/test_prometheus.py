@@ -3,6 +3,7 @@ gateway, promtool on the scrape and on the alert rules, and the dashboard's quer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -19,7 +20,19 @@ import yaml
 
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
-from tests.support.procs import GatewayProcess, free_port, start_gateway, wait_for_port
+from tests.support.fakes.keystone import (
+    DEFAULT_SERVICE_PASSWORD,
+    SERVICE_USER,
+    FakeKeystone,
+    mint_token,
+)
+from tests.support.procs import (
+    GatewayProcess,
+    free_port,
+    metric_value,
+    start_gateway,
+    wait_for_port,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "base" / "prometheusrule.yaml"
@@ -78,6 +91,44 @@ class Stack:
         return float(result[0]["value"][1]) if result else None
 
 
+@contextlib.contextmanager
+def running_prometheus(workdir: Path, metrics_port: int) -> Iterator[str]:
+    """A Prometheus with the shipped rules scraping ``metrics_port`` every second; its URL."""
+    rules_file = workdir / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    prom_config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules_file)],
+        "scrape_configs": [
+            {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
+        ],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    prometheus = subprocess.Popen(
+        [
+            binary("prometheus"),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, timeout=30, proc=prometheus)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(
+            lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, what="Prometheus"
+        )
+        yield url
+    finally:
+        prometheus.terminate()
+        prometheus.wait(15)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("prometheus")
@@ -92,42 +143,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ],
     }
     gateway = start_gateway(config, workdir)
-    prometheus: subprocess.Popen[bytes] | None = None
     try:
         metrics_port = ops_port(gateway)
-        rules_file = workdir / "rules.yaml"
-        rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
-        prom_config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(rules_file)],
-            "scrape_configs": [
-                {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
-            ],
-        }
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
-        port = free_port()
-        log = (workdir / "prometheus.log").open("wb")
-        prometheus = subprocess.Popen(
-            [
-                binary("prometheus"),
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for_port(port, timeout=30, proc=prometheus)
-        url = f"http://127.0.0.1:{port}"
-        wait_until(
-            lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, what="Prometheus"
-        )
-        yield Stack(idp, gateway, metrics_port, url)
+        with running_prometheus(workdir, metrics_port) as url:
+            yield Stack(idp, gateway, metrics_port, url)
     finally:
-        if prometheus is not None:
-            prometheus.terminate()
-            prometheus.wait(15)
         gateway.stop()
         idp.stop()
 
@@ -194,7 +214,7 @@ def test_alert_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    names = {rule["alert"] for group in rule_groups() for rule in group["rules"]}
+    names = {rule["alert"] for group in rule_groups() for rule in group["rules"] if "alert" in rule}
     assert names >= {
         "AuthnGatewayBreakerOpen",
         "AuthnGatewayServingStale",
@@ -205,7 +225,7 @@ def test_alert_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
 
 
 def _annotations(alert: str, labels: dict[str, str]) -> dict[str, str]:
-    rule = next(r for g in rule_groups() for r in g["rules"] if r["alert"] == alert)
+    rule = next(r for g in rule_groups() for r in g["rules"] if r.get("alert") == alert)
     out = {}
     for key, template in rule["annotations"].items():
         assert "$value" not in template, "this helper only expands $labels"
@@ -276,6 +296,206 @@ def test_breaker_alert_fires_only_after_a_minute_open(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _promtool_test(tmp_path: Path, tests: list[dict[str, Any]], interval: str = "15s") -> None:
+    """Run ``tests`` (promtool's unit-test format) against the shipped rules."""
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
+    test_file = tmp_path / "tests.yaml"
+    test_file.write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(rules_file)], "evaluation_interval": interval, "tests": tests}
+        )
+    )
+    result = subprocess.run(
+        [binary("promtool"), "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _calls(backend: str, outcome: str, values: str) -> dict[str, str]:
+    labels = {"backend": backend, "outcome": outcome, "pod": "gw-0"}
+    return {"series": _series("authn_gateway_backend_calls_total", labels), "values": values}
+
+
+def test_reject_all_alert_fires_against_the_backends_own_baseline(tmp_path: Path) -> None:
+    # Per minute, two hours of normal traffic and then one hour of the incident.
+    series = [
+        # Keystone's keys go out of sync at t=120m: every token is "invalid" from then on.
+        _calls("keystone", "authenticated", "0+60x120 7200x60"),
+        _calls("keystone", "rejected", "0+6x120 720+60x60"),
+        # A chained backend that normally rejects 95% (others' tokens), unchanged.
+        _calls("chained", "authenticated", "0+3x180"),
+        _calls("chained", "rejected", "0+57x180"),
+        # A caller floods bad tokens at t=120m; valid users still get in.
+        _calls("flooded", "authenticated", "0+60x180"),
+        _calls("flooded", "rejected", "0+6x120 720+120x60"),
+        # A quiet backend: one call a minute, all rejected after t=120m, too few to page.
+        _calls("quiet", "authenticated", "0+1x120 120x60"),
+        _calls("quiet", "rejected", "0x120 0+1x60"),
+        # Calls that went unanswered are not answers; they do not move the share.
+        _calls("keystone", "unavailable", "0+600x180"),
+    ]
+    labels = {"backend": "keystone", "severity": "critical"}
+    rule = next(
+        r
+        for g in rule_groups()
+        for r in g["rules"]
+        if r.get("alert") == "AuthnGatewayBackendRejectsEveryone"
+    )
+    annotations = {
+        "summary": _annotations_without_value(rule["annotations"]["summary"], labels),
+        "description": rule["annotations"]["description"].replace(
+            "{{ $value | humanizePercentage }}", "0%"
+        ),
+        "runbook": rule["annotations"]["runbook"],
+    }
+    alert = "AuthnGatewayBackendRejectsEveryone"
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "119m", "alertname": alert, "exp_alerts": []},
+                    # The share has fallen, but not yet for the 10 minutes the rule waits.
+                    {"eval_time": "132m", "alertname": alert, "exp_alerts": []},
+                    {
+                        "eval_time": "150m",
+                        "alertname": alert,
+                        "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations}],
+                    },
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "round(100 * authn_gateway_backend:rejected_ratio:rate10m)",
+                        "eval_time": "150m",
+                        "exp_samples": [
+                            {"labels": f'{{backend="{backend}"}}', "value": value}
+                            for backend, value in (
+                                ("keystone", 100),
+                                ("chained", 95),
+                                ("flooded", 67),
+                                ("quiet", 100),
+                            )
+                        ],
+                    }
+                ],
+            }
+        ],
+        interval="1m",
+    )
+
+
+def test_redis_alert_fires_on_a_flip_shorter_than_a_scrape(tmp_path: Path) -> None:
+    changes, alert = "authn_gateway_redis_mode_changes_total", "AuthnGatewayRedisModeFlipped"
+    labels = {"pod": "gw-0", "severity": "warning"}
+    fired = [{"exp_labels": labels, "exp_annotations": _annotations(alert, labels)}]
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                # gw-0 was in local mode for a few seconds at t=5m (its mode gauge, sampled
+                # every minute, never showed it); gw-1 never left shared mode.
+                "input_series": [
+                    {
+                        "series": _series(changes, {"pod": "gw-0", "to": "local"}),
+                        "values": "0x4 1x25",
+                    },
+                    {
+                        "series": _series(changes, {"pod": "gw-0", "to": "shared"}),
+                        "values": "0x4 1x25",
+                    },
+                    {"series": _series(changes, {"pod": "gw-1", "to": "local"}), "values": "0x30"},
+                    {
+                        "series": 'authn_gateway_redis_mode{pod="gw-0",mode="local"}',
+                        "values": "0x30",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": alert, "exp_alerts": []},
+                    {"eval_time": "6m", "alertname": alert, "exp_alerts": fired},
+                    {"eval_time": "14m", "alertname": alert, "exp_alerts": fired},
+                    {"eval_time": "20m", "alertname": alert, "exp_alerts": []},
+                    # The 2-minute rule on the gauge never saw it.
+                    {
+                        "eval_time": "20m",
+                        "alertname": "AuthnGatewayRedisFallback",
+                        "exp_alerts": [],
+                    },
+                ],
+            }
+        ],
+        interval="1m",
+    )
+
+
+def _annotations_without_value(template: str, labels: dict[str, str]) -> str:
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+
+
+def test_a_keystone_that_rejects_every_token_is_seen_in_the_rejected_share(
+    tmp_path: Path,
+) -> None:
+    """Fernet keys out of sync: Keystone answers 404 for every user token. No call
+    fails, so no breaker opens; the rejected share the reject-all alert watches is
+    what moves, in a real Prometheus scraping the gateway."""
+    keystone = FakeKeystone().start_in_thread()
+    try:
+        backend = {
+            "name": "keystone",
+            "type": "keystone",
+            "auth_url": f"http://127.0.0.1:{keystone.port}/v3",
+            "service": {
+                "username": SERVICE_USER,
+                "password": DEFAULT_SERVICE_PASSWORD,
+                "system_scope": "all",
+            },
+            "cache": {"negative_ttl_seconds": 0},
+        }
+        config = {"server": {"ops": {"port": 0}}, "backends": [backend]}
+        gateway = start_gateway(config, tmp_path)
+        try:
+            metrics_port = ops_port(gateway)
+            with running_prometheus(tmp_path, metrics_port) as url, httpx.Client() as client:
+                prom = Stack(keystone, gateway, metrics_port, url)
+                calls = "authn_gateway_backend_calls_total"
+                # Normal days: users get in; the odd token is invalid.
+                for i in range(10):
+                    body = gateway.review(mint_token(f"user{i}"), client=client).json()
+                    assert body["status"]["authenticated"] is True
+                bad = mint_token("user0", key=b"not keystone's key")
+                assert gateway.review(bad, client=client).json()["status"]["authenticated"] is False
+                # Prometheus has both series before the incident (a rate needs two samples).
+                wait_until(
+                    lambda: prom.value(f'{calls}{{outcome="rejected"}}') == 1, what="a scrape"
+                )
+                # The keys change under the tokens users hold.
+                keystone.key = b"a key the users' tokens were not made with"
+                before = keystone.counts["validate"]
+                for i in range(30):
+                    status = gateway.review(mint_token(f"late{i}"), client=client).json()["status"]
+                    assert status["authenticated"] is False and "error" not in status, status
+                scrape = client.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+                assert metric_value(scrape, calls, backend="keystone", outcome="rejected") == 31
+                assert metric_value(scrape, calls, backend="keystone", outcome="unavailable") == 0
+                assert keystone.counts["validate"] - before >= 30  # Keystone said 404 to each
+                assert metric_value(scrape, "authn_gateway_breaker_state", state="closed") == 1
+                # What the alert compares with its baseline: every answer since is "invalid".
+                share = "authn_gateway_backend:rejected_ratio:rate10m"
+                wait_until(lambda: prom.value(share) == 1.0, what="the recorded share at 1")
+                closed = 'authn_gateway_breaker_state{backend="keystone",state="closed"}'
+                assert prom.value(closed) == 1
+        finally:
+            gateway.stop()
+    finally:
+        keystone.stop()
+
+
 def _dashboard_exprs() -> list[str]:
     dashboard = json.loads(DASHBOARD.read_text())
     return [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
@@ -285,6 +505,8 @@ def test_dashboard_and_rules_use_only_metrics_the_gateway_exports(stack: Stack) 
     scrape = httpx.get(f"http://127.0.0.1:{stack.metrics_port}/metrics", timeout=5).text
     families = set(re.findall(r"^# TYPE (\S+) ", scrape, re.MULTILINE))
     exprs = _dashboard_exprs() + [r["expr"] for g in rule_groups() for r in g["rules"]]
+    # Recording rules' names (level:metric:operations) are made by the rules themselves.
+    exprs = [re.sub(r"\bauthn_gateway_\w*:[\w:]+", "", e) for e in exprs]
     used = {name for e in exprs for name in re.findall(r"\bauthn_gateway_\w+", e)}
     assert used
     for name in used:
