@@ -5,11 +5,13 @@ time, caller, backend, outcome, username, groups, the keyed-hash prefix of the
 token (never the token) and whether a stale identity was served. Every decision gets
 its line (no summaries), through a queue of its own (:mod:`authn_gateway.logsink`),
 with its own bound: a slow reader costs dropped, counted lines, never a waiting review.
+Each operator action through the admin API is a line too (``"msg": "admin"``).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 
@@ -48,6 +50,29 @@ class AuditLog:
             "groups": list(user.groups) if user else None,
             "token": token_id,
             "stale": stale,
+        }
+        self.sink.put(orjson.dumps(doc).decode(), "audit")
+
+    def action(
+        self,
+        *,
+        caller: str,
+        operator: str | None,
+        action: str,
+        subject: dict[str, str] | None,
+        result: dict[str, Any],
+    ) -> None:
+        """An operator's admin action (evict, deny, lift): who, from where, on whom, and
+        what the gateway did. ``operator`` is the name the caller gave, not verified: the
+        admin token is one shared secret."""
+        doc = {
+            "time": round(time.time(), 3),
+            "msg": "admin",
+            "caller": caller,
+            "operator": operator,
+            "action": action,
+            "subject": subject,
+            "result": result,
         }
         self.sink.put(orjson.dumps(doc).decode(), "audit")
 

@@ -1,4 +1,4 @@
-"""Command line: ``authn-gateway serve | check-config | review``."""
+"""Command line: ``authn-gateway serve | check-config | review | admin``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import NoReturn
 import orjson
 from pydantic import ValidationError
 
-from . import __version__
+from . import __version__, admin_cli
 from .config import ConfigError, GatewayConfig, ServerSettings, load_config
 from .logsetup import configure_logging
 from .tokenreview import API_VERSIONS, describe, render_verdict
@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="AUD",
         help="requested audience (repeatable)",
     )
+    admin_cli.add_parser(sub)
     return parser
 
 
@@ -165,7 +166,7 @@ async def _review(
         verdict = await gateway.pipeline.review(token, audiences, caller="cli")
     finally:
         await gateway.close()
-    return render_verdict(api_version, verdict).body, describe(verdict)
+    return render_verdict(api_version, verdict, gateway.markers).body, describe(verdict)
 
 
 def cmd_review(args: argparse.Namespace) -> int:
@@ -192,5 +193,10 @@ def cmd_review(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"serve": cmd_serve, "check-config": cmd_check_config, "review": cmd_review}
+    commands = {
+        "serve": cmd_serve,
+        "check-config": cmd_check_config,
+        "review": cmd_review,
+        "admin": admin_cli.cmd_admin,
+    }
     return commands[args.command](args)

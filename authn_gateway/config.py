@@ -224,7 +224,7 @@ class InboundLimitSettings(Strict):
 
 
 class AdminSettings(Strict):
-    """Breaker overrides over HTTP (force open/closed, release). Off by default."""
+    """The admin API: breaker overrides, evictions and the deny list. Off by default."""
 
     enabled: bool = False
     # Callers must send "Authorization: Bearer <token>". Not read while disabled.
@@ -244,6 +244,34 @@ class AdminSettings(Strict):
         if self.enabled and self.token is None:
             raise ValueError("token: required when the admin endpoint is enabled")
         return self
+
+
+class MarkerSettings(Strict):
+    """``user.extra`` keys on authenticated answers, for authorizers and admission.
+
+    ``<prefix>backend``: the backend that decided; ``<prefix>stale``: ["true"] when the
+    identity was served from cache because its IdP could not answer. Keys a backend
+    returned under the prefix are dropped. Both off: extra is passed through as is.
+    """
+
+    prefix: str = Field(
+        default="authn-gateway.io/", pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(/[a-z0-9.-]*)?/$"
+    )
+    stale: bool = True
+    backend: bool = True
+
+
+class DenyListSettings(Strict):
+    """Where the deny list lives without Redis (with Redis it is in Redis)."""
+
+    # A JSON file written atomically, mode 0600. Unset and no Redis: memory only, and
+    # a denial ends with the process (the admin answers say "stored_in": "memory").
+    file: Path | None = None
+    # How often each replica (or worker) reads the list again; changes made through
+    # another replica's admin API arrive at once over Redis, and by then without it.
+    sync_seconds: PositiveFloat = 1.0
+    # The longest denial one request may set.
+    max_seconds: int = Field(default=30 * 86400, ge=1)
 
 
 class RedisSettings(Strict):
@@ -312,6 +340,8 @@ class GatewayConfig(Strict):
     readiness: ReadinessSettings = Field(default_factory=ReadinessSettings)
     # Rejects Kubernetes service-account JWTs locally; kube-apiserver checks those itself.
     reject_service_account_tokens: bool = True
+    markers: MarkerSettings = Field(default_factory=MarkerSettings)
+    deny_list: DenyListSettings = Field(default_factory=DenyListSettings)
     # Fleet mode; in-memory state per process when unset.
     redis: RedisSettings | None = None
     backends: list[BackendConfig] = Field(min_length=1)

@@ -94,6 +94,7 @@ class ReviewEndpoint:
     def __init__(self, gateway: Gateway, review_log: ReviewLog | None) -> None:
         self.gateway = gateway
         self.pipeline = gateway.pipeline
+        self.markers = gateway.markers
         self.metrics = gateway.metrics
         self.max_body = gateway.config.server.max_body_bytes
         self.review_log = review_log
@@ -156,7 +157,7 @@ class ReviewEndpoint:
             # Last line of defence: the answer rules never allow a 500.
             verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
         outcome = verdict.outcome
-        body, answer = render_verdict(review.api_version, verdict)
+        body, answer = render_verdict(review.api_version, verdict, self.markers)
         await _send(send, 200, body)
 
         elapsed = time.perf_counter() - started

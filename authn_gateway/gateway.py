@@ -10,11 +10,17 @@ from backends.base import Authenticator, Backend, BackendConfigError
 from backends.budget import UNLIMITED, CallBudget
 
 from .bucket.memory import InboundLimiter
+from .carryover import identity_fingerprint
 from .config import SECRET_ENV, ConfigError, GatewayConfig
 from .keys import TokenHasher
+from .markers import Markers
 from .metrics import Metrics
 from .pipeline import Pipeline
 from .readiness import ReadinessGate
+from .redis_link import REPLICA_ID
+from .revocation.actions import Revocations
+from .revocation.denylist import DenyList
+from .revocation.eviction import Evictor
 from .routing import Audiences, PrefixRule, Router, chain_of
 from .stack import BackendStack, build_stack, outbound_bucket
 from .stores import MemoryStores, Stores
@@ -42,6 +48,35 @@ def build_backends(
     return backends
 
 
+def _can_carry(previous: Gateway | None, config: GatewayConfig) -> bool:
+    """Whether a reload can keep the previous gateway's stores (and its keys)."""
+    if previous is None:
+        return False
+    old = previous.config
+    return (
+        gateway_secret(old) == gateway_secret(config)
+        and old.redis == config.redis
+        and old.cache.max_entries == config.cache.max_entries
+    )
+
+
+def _forget_changed(old: GatewayConfig, new: GatewayConfig, stores: Stores) -> None:
+    before = {s.name: identity_fingerprint(s) for s in old.backends}
+    kept, changed = [], []
+    for settings in new.backends:
+        if before.get(settings.name) == identity_fingerprint(settings):
+            kept.append(settings.name)
+        else:
+            changed.append(settings.name)
+            stores.forget_breaker(settings.name)
+    log.info(
+        "config reload: kept cache, breaker and bucket of backends [%s]; "
+        "identity settings changed (answers asked again) for [%s]",
+        ", ".join(kept),
+        ", ".join(changed),
+    )
+
+
 class Gateway:
     """Everything a running gateway holds: config, backends, their stacks, the pipeline."""
 
@@ -52,16 +87,49 @@ class Gateway:
         stores: Stores | None = None,
         source: str = "config",
         backends: list[Backend] | None = None,
+        previous: Gateway | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
-        self.hasher = TokenHasher(gateway_secret(config))
-        self.stores = stores or self._stores_for(config)
+        carried = _can_carry(previous, config) if stores is None else False
+        self.hasher: TokenHasher
+        self.stores: Stores
+        if carried and previous is not None:
+            # A reload: same state stores and keys, so known users stay known (carryover.py).
+            self.hasher, self.stores = previous.hasher, previous.stores
+        else:
+            self.hasher = TokenHasher(gateway_secret(config))
+            self.stores = stores or self._stores_for(config)
+            if previous is not None:
+                log.warning(
+                    "config reload: secret, redis or cache.max_entries changed; "
+                    "the in-process cache, breakers and buckets start empty"
+                )
+        # Stores are closed by whichever gateway holds them last.
+        self.owns_stores = True
+        self._carried_from = previous if carried else None
+        m = config.markers
+        self.markers = Markers(m.prefix, m.stale, m.backend)
+        self.evictor = Evictor(guard_seconds=config.review_deadline_seconds + 1.0)
+        self.evictor.add_tier(self.stores.cache_store())
+        self.revocations = Revocations(
+            DenyList(self.stores.deny_store(config.deny_list)),
+            self.evictor,
+            self.stores.revocation_bus(),
+            REPLICA_ID,
+            sync_seconds=config.deny_list.sync_seconds,
+            metrics=self.metrics,
+        )
         # Each backend is handed its own outbound bucket as the budget for follow-ups.
         buckets = [outbound_bucket(s, self.stores) for s in config.backends]
         self.backends = backends or build_backends(config, source, buckets)
+        if self._carried_from is not None:
+            # After the backends are built: a config error must leave the running one intact.
+            _forget_changed(self._carried_from.config, config, self.stores)
         stacks = {
-            s.name: build_stack(s, b, bucket, config, self.stores, self.metrics, self.hasher)
+            s.name: build_stack(
+                s, b, bucket, config, self.stores, self.metrics, self.hasher, evictor=self.evictor
+            )
             for s, b, bucket in zip(config.backends, self.backends, buckets, strict=True)
         }
         self.pipeline = Pipeline(
@@ -71,6 +139,8 @@ class Gateway:
             config.review_deadline_seconds,
             config.reject_service_account_tokens,
             self.metrics,
+            deny_list=self.revocations.deny_list,
+            hasher=self.hasher,
         )
         self.ready = False
         self.readiness = ReadinessGate(
@@ -80,6 +150,8 @@ class Gateway:
             ],
             config.readiness.cold_start_grace_seconds,
         )
+        if self._carried_from is not None:
+            self._carried_from.owns_stores = False  # built: the stores are ours now
 
     def _stores_for(self, config: GatewayConfig) -> Stores:
         if config.redis is None:
@@ -125,7 +197,9 @@ class Gateway:
                 "change on restart; set %s or 'secret:' to keep them)",
                 SECRET_ENV,
             )
-        await self.stores.start()
+        if self._carried_from is None:
+            await self.stores.start()  # carried stores are running already
+        await self.revocations.start()
         for backend in self.backends:
             blobs = self.stores.shared_blobs(backend.name)
             if blobs is not None:
@@ -135,6 +209,12 @@ class Gateway:
             if collector is not None:
                 self.metrics.backend_collectors.attach(backend.name, collector)
         self.ready = True
+
+    def abandon(self) -> None:
+        """A reload that failed after building this gateway: the stores go back."""
+        if self._carried_from is not None:
+            self._carried_from.owns_stores = True
+            self.owns_stores = False
 
     async def close(self) -> None:
         self.ready = False
@@ -147,4 +227,6 @@ class Gateway:
                 await backend.close()
             except Exception:
                 log.exception("backend %s did not close cleanly", backend.name)
-        await self.stores.close()
+        await self.revocations.close()
+        if self.owns_stores:
+            await self.stores.close()

@@ -30,7 +30,7 @@ class Generation:
         )
         self.review_path = config.server.review_path
         self.review = ReviewEndpoint(gateway, self.review_log)
-        self.ops = ops_app(gateway)
+        self.ops = ops_app(gateway, self.review.audit_log)
 
     async def start(self) -> None:
         await self.gateway.start()

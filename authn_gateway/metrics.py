@@ -43,6 +43,25 @@ LATENCY_BUCKETS = (
 )
 
 
+# Stale entries are served for up to max_stale (default 1 h) past their TTL.
+STALE_AGE_BUCKETS = (
+    1.0,
+    5.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1200.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
+    86400.0,
+)
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -218,6 +237,49 @@ class Metrics:
             ["backend"],
             registry=r,
         )
+        self.stale_answers = Counter(
+            f"{PREFIX}_stale_answers",
+            "Authenticated answers served from cache because the backend could not answer.",
+            ["backend"],
+            registry=r,
+        )
+        self.stale_age = Histogram(
+            f"{PREFIX}_stale_age_seconds",
+            "How long past its fresh TTL each entry served stale was.",
+            ["backend"],
+            buckets=STALE_AGE_BUCKETS,
+            registry=r,
+        )
+        self.evictions = Counter(
+            f"{PREFIX}_evictions",
+            "Evictions applied here, by subject kind (user, token) and source "
+            "(admin: asked here; fleet: announced by another replica).",
+            ["kind", "source"],
+            registry=r,
+        )
+        self.evicted_entries = Counter(
+            f"{PREFIX}_evicted_entries",
+            "Cache entries dropped by evictions, by tier (local, shared).",
+            ["tier"],
+            registry=r,
+        )
+        self.deny_hits = Counter(
+            f"{PREFIX}_deny_hits",
+            "Reviews refused because the deny list names the token or the user.",
+            ["kind"],
+            registry=r,
+        )
+        self.deny_entries = Gauge(
+            f"{PREFIX}_deny_entries",
+            "Entries on the deny list as this replica sees it.",
+            registry=r,
+        )
+        self.admin_actions = Counter(
+            f"{PREFIX}_admin_actions",
+            "Operator actions taken through the admin API (evict, deny, lift).",
+            ["action"],
+            registry=r,
+        )
         r.register(LogSinkCollector())
         #: Backends' own metrics (the jwt backend's key fetches).
         self.backend_collectors = BackendCollectors()
@@ -246,6 +308,11 @@ class Metrics:
 
     def cache(self, backend: str, result: str) -> None:
         self._child(self.cache_lookups, backend, result).inc()
+
+    def stale_served(self, backend: str, age: float) -> None:
+        self._child(self.cache_lookups, backend, "stale_served").inc()
+        self._child(self.stale_answers, backend).inc()
+        self._child(self.stale_age, backend).observe(age)
 
     def cache_counter(self, backend: str, result: str) -> Any:
         """The counter child for one backend and result, to keep and increment."""

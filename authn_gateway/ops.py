@@ -1,8 +1,10 @@
-"""The ops surface: /healthz, /readyz, /metrics and (when enabled) /admin/breakers."""
+"""The ops surface: /healthz, /readyz, /metrics and (when enabled) /admin/breakers,
+/admin/evict and /admin/deny (:mod:`.revocation_api`)."""
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -10,12 +12,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from .audit import AuditLog
 from .breaker.machine import Override
 from .gateway import Gateway
+from .revocation_api import revocation_routes
 
 
-def ops_app(gateway: Gateway) -> Starlette:
-    """/healthz, /readyz, /metrics and (when enabled) /admin/breakers."""
+def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
+    """/healthz, /readyz, /metrics and (when enabled) /admin/..."""
 
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok")
@@ -40,10 +44,12 @@ def ops_app(gateway: Gateway) -> Starlette:
     ]
     if gateway.config.admin.enabled:
         routes += admin_routes(gateway)
+        routes += revocation_routes(gateway, admin_check(gateway), audit_log)
     return Starlette(routes=routes)
 
 
-def admin_routes(gateway: Gateway) -> list[Route]:
+def admin_check(gateway: Gateway) -> Callable[[Request], bool]:
+    """Whether a request carries the admin token (compared in constant time)."""
     token = gateway.config.admin.token
     assert token is not None
     expected = f"Bearer {token.get_secret_value()}".encode()
@@ -51,6 +57,12 @@ def admin_routes(gateway: Gateway) -> list[Route]:
     def allowed(request: Request) -> bool:
         given = request.headers.get("authorization", "").encode()
         return hmac.compare_digest(given, expected)
+
+    return allowed
+
+
+def admin_routes(gateway: Gateway) -> list[Route]:
+    allowed = admin_check(gateway)
 
     async def list_breakers(request: Request) -> Response:
         if not allowed(request):

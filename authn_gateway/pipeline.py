@@ -2,6 +2,7 @@
 
     TokenReview in
       -> pre-rejection (control characters, service-account JWTs, per-backend rules)
+      -> deny list (token ids; usernames once a backend has answered)
       -> route (prefix, or the chain) to a target Authenticator
       -> target.review: [audiences] -> [chain] -> each backend's stack
          (token rules, cache, breaker, budget, deadline, backend; see stack.py)
@@ -18,17 +19,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from backends.base import Authenticator, Rejected, Verdict
+from backends.base import Authenticated, Authenticator, Rejected, Verdict
 
 from . import admission
 from .admission import InboundCharge
 from .bucket.memory import InboundLimiter
+from .keys import TokenHasher
 from .metrics import Metrics
 from .prerejection import prerejection_reason
+from .revocation.denylist import DenyList
 from .routing import Router
 from .stack import BackendStack
 
 GATEWAY = "gateway"
+DENIED = "denied by an operator (deny list)"
 
 __all__ = ["GATEWAY", "Pipeline", "Verdict"]
 
@@ -42,6 +46,8 @@ class Pipeline:
         deadline: float,
         reject_service_accounts: bool,
         metrics: Metrics,
+        deny_list: DenyList | None = None,
+        hasher: TokenHasher | None = None,
     ) -> None:
         self.router = router
         #: Each backend's stack by name (its breaker is what the admin routes reach).
@@ -50,6 +56,8 @@ class Pipeline:
         self.deadline = deadline
         self.reject_service_accounts = reject_service_accounts
         self.metrics = metrics
+        self.deny_list = deny_list
+        self.hasher = hasher or TokenHasher(None)
 
     async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
         charge = None
@@ -70,6 +78,12 @@ class Pipeline:
             self.metrics.prerejection(reason)
             return Verdict(Rejected(reason), GATEWAY)
 
+        deny = self.deny_list
+        # The token id is the one the review log shows: of the token as received.
+        if deny is not None and deny.denies_token(lambda: self.hasher.token_id(token)):
+            self.metrics.deny_hits.labels("token").inc()
+            return Verdict(Rejected(DENIED), GATEWAY)
+
         route = self.router.route(token)
         target = route.target
         if target is None or not target.could_accept(route.token):
@@ -78,4 +92,14 @@ class Pipeline:
 
         # Every review is answered by this time, whatever the backends do.
         deadline = asyncio.get_running_loop().time() + self.deadline
-        return await target.review(route.token, audiences, deadline)
+        verdict = await target.review(route.token, audiences, deadline)
+        outcome = verdict.outcome
+        if (
+            deny is not None
+            and isinstance(outcome, Authenticated)
+            and deny.denies_user(outcome.user.username)
+        ):
+            # Whatever the IdP or the cache said.
+            self.metrics.deny_hits.labels("user").inc()
+            return Verdict(Rejected(DENIED), verdict.backend)
+        return verdict

@@ -71,7 +71,9 @@ class Reloader:
             generation: Generation | None = None
             try:
                 # The process's metrics carry on: counters survive reloads.
-                gateway = Gateway(new, metrics=self.app.gateway.metrics, source=where)
+                gateway = Gateway(
+                    new, metrics=self.app.gateway.metrics, source=where, previous=self.app.gateway
+                )
                 generation = Generation(gateway)
                 await generation.start()
             except Exception as exc:
@@ -80,6 +82,8 @@ class Reloader:
                     where,
                     exc,
                 )
+                if gateway is not None:
+                    gateway.abandon()  # the running gateway keeps its stores
                 if generation is not None:
                     await generation.close()
                 elif gateway is not None:

@@ -20,6 +20,7 @@ from .bucket.gcra import TokenBucket
 from .bucket.layer import BudgetLayer
 from .cache.layer import CacheLayer
 from .cache.policy import ReviewCache
+from .carryover import cache_namespace
 from .config import GatewayConfig
 from .deadline import DeadlineLayer
 from .keys import TokenHasher
@@ -28,6 +29,7 @@ from .limit.slots import ConcurrencyLimiter, Priority
 from .limit.vegas import VegasLimit, VegasSettings
 from .metrics import Metrics
 from .prerejection import TokenRulesFilter
+from .revocation.eviction import Evictor
 from .stores import Stores
 
 
@@ -56,6 +58,8 @@ class StackContext:
     metrics: Metrics
     hasher: TokenHasher
     handle: BackendStack
+    #: Operator evictions: the cache layer must not write back or serve what was evicted.
+    evictor: Evictor | None = None
 
 
 LayerFactory = Callable[[Authenticator, StackContext], Authenticator]
@@ -67,7 +71,8 @@ def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
 
 def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
-    cache = ctx.config.cache_for(ctx.settings)
+    s = ctx.settings
+    cache = ctx.config.cache_for(s)
     limiter = ctx.handle.extras.get("concurrency")
     return CacheLayer(
         inner,
@@ -82,6 +87,9 @@ def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
             else None
         ),
         revalidate=cache.stale_while_revalidate,
+        namespace=cache_namespace(s),
+        evictor=ctx.evictor,
+        token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
     )
 
 
@@ -190,12 +198,13 @@ def build_stack(
     metrics: Metrics,
     hasher: TokenHasher,
     layers: tuple[LayerFactory, ...] | None = None,
+    evictor: Evictor | None = None,
 ) -> BackendStack:
     """Wrap ``backend`` in ``layers`` (by default :func:`layers_for` the backend)."""
     if layers is None:
         layers = layers_for(backend)
     handle = BackendStack(settings.name, settings, backend, backend, bucket)
-    ctx = StackContext(settings, config, stores, metrics, hasher, handle)
+    ctx = StackContext(settings, config, stores, metrics, hasher, handle, evictor)
     top: Authenticator = backend
     for make in reversed(layers):
         top = make(top, ctx)

@@ -26,10 +26,14 @@ from .cache.redis import EntryCodec, TieredCacheStore
 from .coalesce import Coalescer
 from .coalesce.memory import LocalCoalescer
 from .coalesce.redis import LeaseCoalescer
-from .config import RedisSettings
+from .config import DenyListSettings, RedisSettings
 from .keys import TokenHasher
 from .metrics import Metrics
-from .redis_link import RedisLink
+from .redis_link import REPLICA_ID, RedisLink
+from .revocation.bus import Bus
+from .revocation.denylist import DenyStore
+from .revocation.memory import FileDenyStore, LocalBus, MemoryDenyStore
+from .revocation.redis import RedisBus, RedisDenyStore, reader_client
 from .shared_blobs import RedisSharedBlobs
 from .tasks import Background
 
@@ -65,6 +69,14 @@ class Stores(Protocol):
         """Values a backend shares with the fleet (jwt key sets); None without Redis."""
         ...
 
+    def deny_store(self, settings: DenyListSettings) -> DenyStore: ...
+
+    def revocation_bus(self) -> Bus: ...
+
+    def forget_breaker(self, backend: str) -> None:
+        """A reload changed this backend's identity: its next breaker starts closed."""
+        ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -74,6 +86,9 @@ class MemoryStores:
     def __init__(self, max_entries: int, max_negative_entries: int | None = None) -> None:
         self._cache = MemoryStore(max_entries, max_negative_entries)
         self._buckets = MemoryBucketStore()
+        # Kept by name so that a reload's new breakers carry on from the old state.
+        self._gates: dict[str, tuple[object, CallGate]] = {}
+        self._deny: DenyStore | None = None
 
     def cache_store(self) -> MemoryStore:
         return self._cache
@@ -90,7 +105,26 @@ class MemoryStores:
         failure_rate: FailureRate | None,
         slow_calls: SlowCalls | None = None,
     ) -> CallGate:
-        return local_breaker(backend, settings, on_transition, failure_rate, slow_calls)
+        # Kept by name, so that a reload's stack carries on from the old state, unless
+        # the breaker's own settings changed or the backend's identity did (forget_breaker).
+        kept = self._gates.get(backend)
+        if kept is not None and kept[0] == (settings.breaker, settings.concurrency):
+            return kept[1]
+        gate = local_breaker(backend, settings, on_transition, failure_rate, slow_calls)
+        self._gates[backend] = ((settings.breaker, settings.concurrency), gate)
+        return gate
+
+    def forget_breaker(self, backend: str) -> None:
+        self._gates.pop(backend, None)
+
+    def deny_store(self, settings: DenyListSettings) -> DenyStore:
+        # One per process, so a reload keeps even a memory-only deny list.
+        if self._deny is None:
+            self._deny = FileDenyStore(settings.file) if settings.file else MemoryDenyStore()
+        return self._deny
+
+    def revocation_bus(self) -> Bus:
+        return LocalBus()
 
     def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
         return LocalCoalescer(on_join)
@@ -174,6 +208,16 @@ class RedisStores:
 
     def shared_blobs(self, backend: str) -> SharedBlobs | None:
         return RedisSharedBlobs(self.link, self._hasher, backend)
+
+    def forget_breaker(self, backend: str) -> None:
+        # The shared state is the fleet's, not this replica's: only stop watching it.
+        self._breakers.forget(backend)
+
+    def deny_store(self, settings: DenyListSettings) -> DenyStore:
+        return RedisDenyStore(self.link)
+
+    def revocation_bus(self) -> Bus:
+        return RedisBus(self.link, reader_client(self.settings), REPLICA_ID)
 
     def coalescer(self, backend: str, deadline: float, on_join: Callable[[], None]) -> Coalescer:
         wait = min(self.settings.coalesce_wait_seconds, deadline + 0.5)

@@ -10,12 +10,16 @@ endpoint and ``authn-gateway review`` both use it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
 
 from backends.base import Authenticated, Unavailable, UserInfo, Verdict
+
+from .markers import NONE as NO_MARKERS
+from .markers import Markers
 
 #: Short names (the CLI's --api-version) of the versions kube-apiserver may send.
 API_VERSIONS = {"v1": "authentication.k8s.io/v1", "v1beta1": "authentication.k8s.io/v1beta1"}
@@ -63,21 +67,28 @@ def parse_review(body: bytes) -> ReviewRequest:
     return ReviewRequest(api_version, token, tuple(audiences))
 
 
-def _user_json(user: UserInfo) -> dict[str, Any]:
+def _user_json(user: UserInfo, extra: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
     out: dict[str, Any] = {"username": user.username}
     if user.uid:
         out["uid"] = user.uid
     if user.groups:
         out["groups"] = list(user.groups)
-    if user.extra:
-        out["extra"] = {k: list(v) for k, v in user.extra.items()}
+    if extra:
+        out["extra"] = {k: list(v) for k, v in extra.items()}
     return out
 
 
 def render_authenticated(
-    api_version: str, user: UserInfo, audiences: tuple[str, ...] = ()
+    api_version: str,
+    user: UserInfo,
+    audiences: tuple[str, ...] = (),
+    extra: Mapping[str, tuple[str, ...]] | None = None,
 ) -> bytes:
-    status: dict[str, Any] = {"authenticated": True, "user": _user_json(user)}
+    """``extra`` replaces ``user.extra`` (the gateway's markers added, see markers.py)."""
+    status: dict[str, Any] = {
+        "authenticated": True,
+        "user": _user_json(user, user.extra if extra is None else extra),
+    }
     if audiences:
         status["audiences"] = list(audiences)
     return orjson.dumps({"apiVersion": api_version, "kind": "TokenReview", "status": status})
@@ -134,11 +145,13 @@ class Answer(NamedTuple):
     kind: str
 
 
-def render_verdict(api_version: str, verdict: Verdict) -> Answer:
+def render_verdict(api_version: str, verdict: Verdict, markers: Markers = NO_MARKERS) -> Answer:
     outcome = verdict.outcome
     if isinstance(outcome, Authenticated):
+        user = outcome.user
+        extra = markers.user_extra(user, verdict.backend, verdict.stale)
         return Answer(
-            render_authenticated(api_version, outcome.user, verdict.audiences), "authenticated"
+            render_authenticated(api_version, user, verdict.audiences, extra), "authenticated"
         )
     if isinstance(outcome, Unavailable):
         # Names the backend so operators can see who failed; carries no secrets.

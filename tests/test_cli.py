@@ -99,6 +99,7 @@ def test_serve_runs_the_embedded_default_with_demo_tokens() -> None:
             "username": "demo-admin",
             "uid": "1000",
             "groups": ["system:masters"],
+            "extra": {"authn-gateway.io/backend": ["demo"]},  # the deciding backend's marker
         }
     finally:
         proc.terminate()

@@ -14,7 +14,8 @@ import redis
 
 from authn_gateway.cache import CacheEntry
 from authn_gateway.cache.redis import EntryCodec
-from authn_gateway.config import parse_config
+from authn_gateway.carryover import cache_namespace
+from authn_gateway.config import GatewayConfig, parse_config
 from authn_gateway.keys import TokenHasher
 from backends.base import Authenticated, UserInfo
 from tests.conftest import userinfo_backend
@@ -184,17 +185,18 @@ async def test_a_restarted_replica_answers_a_known_token_from_redis(
     assert fake_idp.calls == 0
 
 
-def cache_key(token: str) -> bytes:
-    return TokenHasher(SECRET.encode()).cache_key("idp", token, ())
-
-
-def redis_key(token: str) -> str:
-    return f"authn-gw:cache:{cache_key(token).hex()}"
-
-
 async def test_tampered_and_transplanted_entries_are_ignored(
     fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
 ) -> None:
+    [backend] = GatewayConfig.model_validate(fleet_config(fake_idp, redis_server)).backends
+    namespace = cache_namespace(backend)  # keys are per backend and identity settings
+
+    def cache_key(token: str) -> bytes:
+        return TokenHasher(SECRET.encode()).cache_key(namespace, token, ())
+
+    def redis_key(token: str) -> str:
+        return f"authn-gw:cache:{cache_key(token).hex()}"
+
     r = redis.Redis.from_url(redis_server.url)
     now = time.time()
     codec = EntryCodec(TokenHasher(SECRET.encode()))

@@ -41,7 +41,12 @@ def test_valid_token_is_authenticated_in_the_version_asked(
     assert doc["apiVersion"] == version
     assert doc["kind"] == "TokenReview"
     assert doc["status"]["authenticated"] is True
-    assert doc["status"]["user"] == {"username": "alice", "uid": "1", "groups": ["devs", "ops"]}
+    assert doc["status"]["user"] == {
+        "username": "alice",
+        "uid": "1",
+        "groups": ["devs", "ops"],
+        "extra": {"authn-gateway.io/backend": ["static"]},
+    }
 
 
 @pytest.mark.parametrize("version", [V1, V1BETA1])

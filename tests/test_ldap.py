@@ -340,7 +340,10 @@ def test_user_in_several_groups_gets_all_of_them_from_member_of(gateway: Gateway
     assert user["username"] == "alice"
     assert user["groups"] == ["admins", "developers", "viewers"]
     assert len(user["uid"]) == 36  # entryUUID
-    assert user["extra"] == {"example.org/mail": ["alice@example.org"]}
+    assert user["extra"] == {
+        "example.org/mail": ["alice@example.org"],
+        "authn-gateway.io/backend": ["memberof"],  # the gateway's marker
+    }
 
 
 @pytest.mark.slow

@@ -316,7 +316,11 @@ class BreakerSync:
         link.on_resume(self._resumed)
 
     def add(self, breaker: FleetBreaker) -> None:
+        """Adopt ``breaker``; after a reload, the backend's new breaker replaces the old."""
         self.breakers[breaker.name] = breaker
+
+    def forget(self, backend: str) -> None:
+        self.breakers.pop(backend, None)
 
     def start(self) -> None:
         if not self.breakers:
@@ -337,16 +341,20 @@ class BreakerSync:
             breaker.resumed()
 
     async def _poll(self) -> None:
-        names = list(self.breakers)
         while True:
             await asyncio.sleep(self._period)
-            if not self._link.shared:
+            # Read each round: a reload may add or forget backends.
+            breakers = dict(self.breakers)
+            names = list(breakers)
+            if not self._link.shared or not names:
                 continue
 
-            async def read(r: Any) -> list[list[bytes | None]]:
+            async def read(
+                r: Any, names: list[str] = names, breakers: dict[str, FleetBreaker] = breakers
+            ) -> list[list[bytes | None]]:
                 pipe = r.pipeline(transaction=False)
                 for name in names:
-                    pipe.hmget(self.breakers[name].keys.state, "state", "opened_at")
+                    pipe.hmget(breakers[name].keys.state, "state", "opened_at")
                 return list(await pipe.execute())
 
             try:
@@ -354,4 +362,4 @@ class BreakerSync:
             except RedisDown:
                 continue
             for name, (state, opened) in zip(names, states, strict=True):
-                self.breakers[name].adopt(state.decode() if state else CLOSED, float(opened or 0))
+                breakers[name].adopt(state.decode() if state else CLOSED, float(opened or 0))

@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from backends.base import Authenticator, HeldBack, Unavailable, Verdict
+from backends.base import Authenticated, Authenticator, HeldBack, Unavailable, Verdict
 
 from ..admission import miss_allowed
 from ..coalesce import Coalescer
@@ -22,6 +22,7 @@ from ..keys import TokenHasher
 from ..layer import Layer
 from ..limit.layer import HAS_FALLBACK
 from ..metrics import Metrics
+from ..revocation.eviction import Evictor
 from ..tasks import Background
 from .policy import CacheEntry, ReviewCache
 
@@ -37,12 +38,22 @@ class CacheLayer(Layer):
         clock: Callable[[], float] = time.time,
         saturated: Callable[[], bool] | None = None,
         revalidate: bool = False,
+        *,
+        namespace: str | None = None,
+        evictor: Evictor | None = None,
+        token_prefix: str = "",
     ) -> None:
         super().__init__(inner)
         self.saturated = saturated
         self.revalidate = revalidate
         self._refreshing: set[bytes] = set()
         self._background = Background()
+        # Keys are per backend *and* per identity-relevant settings (carryover.py): after
+        # a reload that changed them, the old entries are never found, so never served.
+        self.namespace = namespace or self.name
+        self.evictor = evictor
+        # Put back what the router stripped, so entries carry the id the review log shows.
+        self.token_prefix = token_prefix
         self.cache = cache
         self.coalescer = coalescer
         self.hasher = hasher
@@ -54,7 +65,7 @@ class CacheLayer(Layer):
         self._miss = metrics.cache_counter(self.name, "miss")
 
     async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
-        key = self.hasher.cache_key(self.name, token, audiences)
+        key = self.hasher.cache_key(self.namespace, token, audiences)
         now = self.clock()
         entry = self.cache.peek(key, now)
         if entry is None or now >= entry.fresh_until:
@@ -63,29 +74,30 @@ class CacheLayer(Layer):
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
         self._miss.inc()
-        if entry is not None and self._servable(entry) and self._stale_first(key):
+        asked_at = self.evictor.now() if self.evictor is not None else 0.0
+        servable = self._servable(entry, asked_at)
+        if entry is not None and servable and self._stale_first(key):
             # A known user: answered stale now; the refresh waits its turn meanwhile.
             self._refreshing.add(key)
             self._background.spawn(self._refresh(key, token, audiences, deadline))
-            self.metrics.cache(self.name, "stale_served")
-            return Verdict(entry.outcome, self.name, stale=True, cached=True)
+            return self._stale(entry)
         if not miss_allowed():
             # Only reviews that need the IdP pay for the caller's rate; see admission.py.
             refused = Verdict(HeldBack("caller exceeded its review rate"), self.name)
-            return self._stale_or(entry, refused)
+            return self._stale_or(entry, refused, asked_at)
         # Only the miss path pays for a timer. Leaving the flight early does not cancel
         # the shared call: other reviews may still be waiting for it.
         try:
             async with asyncio.timeout_at(deadline):
                 verdict = await self.coalescer.do(
                     key,
-                    lambda: self._fill(key, token, audiences, deadline, self._servable(entry)),
+                    lambda: self._fill(key, token, audiences, deadline, servable),
                     lambda: self._recheck(key),
                 )
         except TimeoutError:
             verdict = Verdict(Unavailable("no answer within the review deadline"), self.name)
         if isinstance(verdict.outcome, Unavailable):
-            return self._stale_or(entry, verdict)
+            return self._stale_or(entry, verdict, asked_at)
         return verdict
 
     def _stale_first(self, key: bytes) -> bool:
@@ -117,22 +129,38 @@ class CacheLayer(Layer):
         is released, so other replicas find it)."""
         # The concurrency limit below lets calls with no fallback go first.
         HAS_FALLBACK.set(has_fallback)
+        asked_at = self.evictor.now() if self.evictor is not None else 0.0
         verdict = await self.inner.review(token, audiences, deadline)
-        if not isinstance(verdict.outcome, Unavailable):
-            await self.cache.put(key, verdict.outcome, self.clock())
+        outcome = verdict.outcome
+        if isinstance(outcome, Unavailable):
+            return verdict
+        token_id = self.hasher.token_id(self.token_prefix + token)
+        username = outcome.user.username if isinstance(outcome, Authenticated) else None
+        if self.evictor is not None and self.evictor.evicted_since(username, token_id, asked_at):
+            # Evicted while we asked: the answer is real, but must not outlive the eviction.
+            return verdict
+        await self.cache.put(key, outcome, self.clock(), token_id)
         return verdict
 
     async def _recheck(self, key: bytes) -> Verdict | None:
         entry = await self.cache.recheck(key)
         return Verdict(entry.outcome, self.name, cached=True) if entry is not None else None
 
-    def _servable(self, known: CacheEntry | None) -> bool:
-        """A positive entry within max_stale and the token's expiry: a fallback."""
-        return known is not None and known.positive and self.clock() < known.stale_until
+    def _servable(self, known: CacheEntry | None, asked_at: float) -> bool:
+        """A positive entry within max_stale and the token's expiry, that no operator
+        evicted while this review waited: a fallback."""
+        if known is None or not known.positive or self.clock() >= known.stale_until:
+            return False
+        return self.evictor is None or not self.evictor.evicted_since(
+            known.username, known.token_id, asked_at
+        )
 
-    def _stale_or(self, known: CacheEntry | None, verdict: Verdict) -> Verdict:
-        """Last known good: a positive entry within max_stale and the token's expiry."""
-        if known is not None and self._servable(known):
-            self.metrics.cache(self.name, "stale_served")
-            return Verdict(known.outcome, self.name, stale=True, cached=True)
+    def _stale(self, known: CacheEntry) -> Verdict:
+        self.metrics.stale_served(self.name, self.clock() - known.fresh_until)
+        return Verdict(known.outcome, self.name, stale=True, cached=True)
+
+    def _stale_or(self, known: CacheEntry | None, verdict: Verdict, asked_at: float) -> Verdict:
+        """Last known good, else ``verdict``."""
+        if known is not None and self._servable(known, asked_at):
+            return self._stale(known)
         return verdict

@@ -8,11 +8,18 @@ its own timer (docs/decisions.md).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from backends.base import Authenticated
+
+from ..revocation.subject import Subject
 from .policy import CacheEntry
+
+# Entries examined between two yields to the event loop during an eviction.
+EVICTION_SLICE = 5000
 
 
 class MemoryStore:
@@ -76,3 +83,35 @@ class MemoryStore:
 
     async def recheck(self, key: bytes) -> CacheEntry | None:
         return None  # no other process writes here
+
+    async def evict_local(self, subject: Subject) -> int:
+        """Drop every entry about ``subject``: a scan, in slices with the event loop let
+        run between them, so reviews are not held up. An index would cost every cache
+        write and ~100 bytes per entry for what is a rare operator's action; the scan
+        costs ~0.3 us per entry (docs/decisions.md, issue 17)."""
+        by_token = subject.kind == "token"
+        # A username is only ever in an identity; a token id may be in either segment.
+        segments = (self._positive, self._negative) if by_token else (self._positive,)
+        value, dropped = subject.value, 0
+        for data in segments:
+            # Keys only: one list, not 100 000 tuples for the garbage collector to walk.
+            keys = list(data)
+            doomed: list[bytes] = []
+            for start in range(0, len(keys), EVICTION_SLICE):
+                for key in keys[start : start + EVICTION_SLICE]:
+                    e = data.get(key)
+                    if e is None:
+                        continue
+                    if by_token:
+                        if e.token_id == value:
+                            doomed.append(key)
+                    elif type(o := e.outcome) is Authenticated and o.user.username == value:
+                        doomed.append(key)
+                await asyncio.sleep(0)
+            for key in doomed:
+                if data.pop(key, None) is not None:
+                    dropped += 1
+        return dropped
+
+    async def evict_shared(self, subject: Subject) -> int | None:
+        return None  # no shared tier

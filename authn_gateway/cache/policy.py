@@ -18,6 +18,8 @@ from typing import Protocol
 from backends.base import Authenticated, Outcome, Rejected
 from backends.settings import CacheSettings
 
+from ..revocation.subject import Subject
+
 
 @dataclass(frozen=True, slots=True)
 class CacheEntry:
@@ -26,10 +28,17 @@ class CacheEntry:
     fresh_until: float
     # Until then it may answer when the IdP cannot (positive entries only).
     stale_until: float
+    # The reviewed token's log id (``TokenHasher.token_id``), so an operator can evict it.
+    token_id: str | None = None
 
     @property
     def positive(self) -> bool:
         return isinstance(self.outcome, Authenticated)
+
+    @property
+    def username(self) -> str | None:
+        outcome = self.outcome
+        return outcome.user.username if isinstance(outcome, Authenticated) else None
 
 
 class CacheStore(Protocol):
@@ -50,6 +59,12 @@ class CacheStore(Protocol):
 
     def __len__(self) -> int: ...
 
+    # Eviction (authn_gateway.revocation.eviction.EvictableTier).
+
+    async def evict_local(self, subject: Subject) -> int: ...
+
+    async def evict_shared(self, subject: Subject) -> int | None: ...
+
 
 class ReviewCache:
     """What is cached, for how long, and whether an entry is fresh or only stale."""
@@ -58,7 +73,9 @@ class ReviewCache:
         self.settings = settings
         self.store = store
 
-    def entry_for(self, outcome: Outcome, now: float) -> CacheEntry | None:
+    def entry_for(
+        self, outcome: Outcome, now: float, token_id: str | None = None
+    ) -> CacheEntry | None:
         """The entry to store for an outcome, or None when it must not be cached."""
         s = self.settings
         if isinstance(outcome, Authenticated):
@@ -66,13 +83,13 @@ class ReviewCache:
             if limit <= now or s.positive_ttl_seconds <= 0:
                 return None
             fresh = min(now + s.positive_ttl_seconds, limit)
-            return CacheEntry(outcome, fresh, min(fresh + s.max_stale_seconds, limit))
+            return CacheEntry(outcome, fresh, min(fresh + s.max_stale_seconds, limit), token_id)
         if isinstance(outcome, Rejected):
             if s.negative_ttl_seconds <= 0:
                 return None
             jitter = 1.0 + random.uniform(-s.negative_jitter, s.negative_jitter)
             fresh = now + s.negative_ttl_seconds * jitter
-            return CacheEntry(outcome, fresh, fresh)
+            return CacheEntry(outcome, fresh, fresh, token_id)
         # Unavailable is never cached: the next review must be free to ask again.
         return None
 
@@ -85,7 +102,9 @@ class ReviewCache:
     async def recheck(self, key: bytes) -> CacheEntry | None:
         return await self.store.recheck(key)
 
-    async def put(self, key: bytes, outcome: Outcome, now: float) -> None:
-        entry = self.entry_for(outcome, now)
+    async def put(
+        self, key: bytes, outcome: Outcome, now: float, token_id: str | None = None
+    ) -> None:
+        entry = self.entry_for(outcome, now, token_id)
         if entry is not None:
             await self.store.put(key, entry)

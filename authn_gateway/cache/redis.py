@@ -33,6 +33,7 @@ from backends.flight import SingleFlight
 from ..keys import TokenHasher
 from ..metrics import Metrics
 from ..redis_link import RedisLink
+from ..revocation.subject import Subject
 from .memory import MemoryStore
 from .policy import CacheEntry
 
@@ -49,7 +50,7 @@ class EntryCodec:
 
     def encode(self, key: bytes, entry: CacheEntry) -> bytes:
         outcome = entry.outcome
-        doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until}
+        doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until, "t": entry.token_id}
         if isinstance(outcome, Authenticated):
             user = outcome.user
             doc.update(
@@ -82,7 +83,13 @@ class EntryCodec:
                 outcome = Authenticated(user, doc["e"])
             else:
                 outcome = Rejected(doc["r"])
-            return CacheEntry(outcome, float(doc["f"]), float(doc["s"]))
+            token_id = doc.get("t")
+            return CacheEntry(
+                outcome,
+                float(doc["f"]),
+                float(doc["s"]),
+                token_id if isinstance(token_id, str) else None,
+            )
         except (ValueError, KeyError, TypeError):
             # Signed by us but unreadable: a newer version's format, never attacker input.
             return None
@@ -169,8 +176,21 @@ class TieredCacheStore:
                 return
         value = self._codec.encode(key, entry)
         redis_key = self._redis_key(key)
+        indexes = self._indexes(entry)
+
+        async def write(r: Any) -> Any:
+            # One round trip; not a transaction (keys in a Redis Cluster live on many nodes).
+            pipe = r.pipeline(transaction=False)
+            pipe.set(redis_key, value, px=ttl_ms)
+            for index in indexes:
+                pipe.sadd(index, redis_key)
+                # NX sets a TTL on a new set; GT lengthens it for a longer-lived entry.
+                pipe.pexpire(index, ttl_ms, nx=True)
+                pipe.pexpire(index, ttl_ms, gt=True)
+            return await pipe.execute()
+
         # If Redis is down the local tier has it; other replicas ask the IdP themselves.
-        await self._link.best_effort("cache_set", lambda r: r.set(redis_key, value, px=ttl_ms))
+        await self._link.best_effort("cache_set", write)
 
     async def _negative_budget(self, now: float) -> bool:
         """Whether one more refusal may go to Redis in this window (fleet-wide count)."""
@@ -186,3 +206,35 @@ class TieredCacheStore:
 
         count = await self._link.best_effort("cache_negative_budget", take)
         return count is not None and count <= self._max_negative
+
+    def _index_key(self, subject: Subject) -> str:
+        return self._link.key("idx", subject.kind, subject.value)
+
+    def _indexes(self, entry: CacheEntry) -> list[str]:
+        """Positive entries only: a flood of invalid tokens must not grow the indexes."""
+        keys: list[str] = []
+        if not entry.positive:
+            return keys
+        if entry.username is not None:
+            keys.append(self._index_key(Subject("user", entry.username)))
+        if entry.token_id is not None:
+            keys.append(self._index_key(Subject("token", entry.token_id)))
+        return keys
+
+    async def evict_local(self, subject: Subject) -> int:
+        return await self._local.evict_local(subject)
+
+    async def evict_shared(self, subject: Subject) -> int | None:
+        """Delete every shared entry about ``subject`` (found through its index set)."""
+        index = self._index_key(subject)
+
+        async def evict(r: Any) -> int | None:
+            members = await r.smembers(index)
+            pipe = r.pipeline(transaction=False)
+            for member in members:
+                pipe.delete(member)
+            pipe.delete(index)
+            results = await pipe.execute()
+            return int(sum(results[:-1]))
+
+        return await self._link.either("cache_evict", evict, lambda: None)

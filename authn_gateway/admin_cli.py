@@ -1,0 +1,131 @@
+"""``authn-gateway admin ...``: talk to a running gateway's admin API.
+
+    authn-gateway admin evict --user alice
+    authn-gateway admin evict --token-id 3f2a9c01b7de
+    authn-gateway admin deny --user alice --seconds 3600
+    authn-gateway admin denied
+    authn-gateway admin lift --user alice
+
+The admin token is read from ``--token-file`` or ``$AUTHN_GATEWAY_ADMIN_TOKEN``,
+never from the command line (other users see arguments in ps). The gateway's
+JSON answer is printed; the exit code is 0 when it did what was asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+TOKEN_ENV = "AUTHN_GATEWAY_ADMIN_TOKEN"
+URL_ENV = "AUTHN_GATEWAY_ADMIN_URL"
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def add_parser(sub: Any) -> None:
+    admin = sub.add_parser(
+        "admin",
+        help="evict or deny identities on a running gateway (its admin API)",
+        description="Send one admin request to a running gateway (the ops listener when "
+        "server.ops is set) and print its JSON answer. The admin token comes from "
+        f"--token-file or ${TOKEN_ENV}.",
+    )
+    admin.add_argument(
+        "--url",
+        default=os.environ.get(URL_ENV, DEFAULT_URL),
+        help=f"the gateway's base URL (default: ${URL_ENV} or {DEFAULT_URL})",
+    )
+    admin.add_argument("--token-file", type=Path, metavar="FILE", help="file holding admin.token")
+    admin.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for an https URL")
+    admin.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    admin.add_argument(
+        "--as",
+        dest="operator",
+        default=os.environ.get("USER") or None,
+        metavar="NAME",
+        help="your name, for the gateway's audit log (default: $USER)",
+    )
+    actions = admin.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    evict = actions.add_parser(
+        "evict", help="drop a user's or a token's cached answers on every replica"
+    )
+    _subject_args(evict)
+    deny = actions.add_parser("deny", help="refuse a user or a token for SECONDS, fleet-wide")
+    _subject_args(deny)
+    deny.add_argument("--seconds", type=int, required=True, help="how long to refuse")
+    actions.add_parser("denied", help="list the deny list's entries")
+    lift = actions.add_parser("lift", help="lift a denial")
+    _subject_args(lift)
+
+
+def _subject_args(parser: argparse.ArgumentParser) -> None:
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", metavar="NAME", help="a username, as the review log shows it")
+    who.add_argument(
+        "--token-id", metavar="ID", help="a token's id (12 hex digits) from the review log"
+    )
+
+
+def _admin_token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        try:
+            return args.token_file.read_text().strip() or None
+        except OSError as exc:
+            print(f"cannot read {args.token_file}: {exc.strerror}", file=sys.stderr)
+            return None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    subject: dict[str, Any] = {}
+    if args.action != "denied":
+        subject = {"user": args.user} if args.user is not None else {"token_id": args.token_id}
+        if args.operator:
+            subject["by"] = args.operator
+    if args.action == "evict":
+        return "POST", "/admin/evict", subject
+    if args.action == "deny":
+        return "POST", "/admin/deny", {**subject, "seconds": args.seconds}
+    if args.action == "lift":
+        return "DELETE", "/admin/deny", subject
+    return "GET", "/admin/deny", None
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    token = _admin_token(args)
+    if token is None:
+        print(f"no admin token: use --token-file FILE or set {TOKEN_ENV}", file=sys.stderr)
+        return 2
+    method, path, body = _request(args)
+    url = args.url.rstrip("/") + path
+    verify: Any = str(args.ca_file) if args.ca_file is not None else True
+    try:
+        with httpx.Client(timeout=args.timeout, verify=verify) as client:
+            response = client.request(
+                method,
+                url,
+                headers={"authorization": f"Bearer {token}"},
+                content=orjson.dumps(body) if body is not None else None,
+            )
+    except httpx.HTTPError as exc:
+        print(
+            f"cannot reach the gateway at {args.url}: {type(exc).__name__}: {exc}", file=sys.stderr
+        )
+        return 1
+    try:
+        answer = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        print(f"{method} {path}: HTTP {response.status_code}, not a JSON answer", file=sys.stderr)
+        return 1
+    sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if response.status_code >= 400:
+        message = answer.get("message") if isinstance(answer, dict) else None
+        print(f"{method} {path}: HTTP {response.status_code}: {message}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,180 @@
+"""The deny list: usernames and token ids an operator refuses for a while.
+
+The break-glass for a compromised account during an IdP outage: a denied subject is
+refused whatever the IdP or the cache says. Every replica checks a local copy on
+each review (a dict lookup, nothing when the list is empty); the copy is refreshed
+from the store every ``sync_seconds`` and at once when another replica announces a
+change. Where the entries live is a :class:`DenyStore`: Redis for a fleet
+(:mod:`.redis`), a file or memory for one replica (:mod:`.memory`).
+
+Times are Unix wall-clock seconds: entries outlive processes and move between them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .subject import BadSubject, Subject
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DenyEntry:
+    subject: Subject
+    # Refused until then (wall clock).
+    until: float
+    # Who set it (the admin caller) and when.
+    by: str
+    since: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "subject": self.subject.key,
+            "until": self.until,
+            "by": self.by,
+            "since": self.since,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> DenyEntry:
+        """Raises ValueError (or BadSubject) for a malformed document."""
+        if not isinstance(doc, dict):
+            raise ValueError("entry is not an object")
+        return cls(
+            Subject.from_key(str(doc["subject"])),
+            float(doc["until"]),
+            str(doc["by"]),
+            float(doc["since"]),
+        )
+
+    def public(self, now: float) -> dict[str, Any]:
+        """The entry as the admin API shows it."""
+        return {
+            **self.subject.to_json(),
+            "until": round(self.until, 3),
+            "seconds_left": max(0, round(self.until - now)),
+            "by": self.by,
+        }
+
+
+class DenyStore(Protocol):
+    #: "redis", "file" or "memory": where entries survive (shown in admin answers).
+    where: str
+
+    async def load(self) -> dict[Subject, DenyEntry] | None:
+        """Every unexpired entry, or None when the store cannot be read right now."""
+        ...
+
+    async def save(self, entry: DenyEntry) -> bool:
+        """Store one entry; False when the store could not be written (kept locally)."""
+        ...
+
+    async def remove(self, subject: Subject) -> bool | None:
+        """Remove one entry: whether it was there, or None when the store is unreachable."""
+        ...
+
+
+def parse_entries(docs: list[Any], now: float, source: str) -> dict[Subject, DenyEntry]:
+    """Entries from stored documents: expired ones dropped, malformed ones logged and skipped."""
+    entries: dict[Subject, DenyEntry] = {}
+    for doc in docs:
+        try:
+            entry = DenyEntry.from_json(doc)
+        except (ValueError, KeyError, TypeError, BadSubject):
+            log.warning("deny list: skipped a malformed entry in %s", source)
+            continue
+        if entry.until > now:
+            entries[entry.subject] = entry
+    return entries
+
+
+class DenyList:
+    def __init__(self, store: DenyStore, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock
+        self._entries: dict[Subject, DenyEntry] = {}
+        # Changes the store did not take (Redis down), pushed again on each refresh.
+        self._unsaved: dict[Subject, DenyEntry] = {}
+        self._unremoved: set[Subject] = set()
+        self._users: set[str] = set()
+        self._tokens: set[str] = set()
+
+    # The review path: set lookups only, and nothing at all while the list is empty.
+
+    def denies_token(self, token_id: Callable[[], str]) -> bool:
+        """Whether the token is denied; ``token_id`` is called only if any token is listed."""
+        return bool(self._tokens) and self._live(Subject("token", token_id()))
+
+    def denies_user(self, username: str) -> bool:
+        return (
+            bool(self._users) and username in self._users and self._live(Subject("user", username))
+        )
+
+    def _live(self, subject: Subject) -> bool:
+        entry = self._entries.get(subject)
+        if entry is None:
+            return False
+        if entry.until > self._clock():
+            return True
+        self._set(dict(self._entries), drop=subject)  # expired: lifted by time
+        return False
+
+    # Operator actions.
+
+    async def add(self, subject: Subject, seconds: float, by: str) -> tuple[DenyEntry, bool]:
+        """Deny ``subject`` for ``seconds``; returns the entry and whether the store has it."""
+        now = self._clock()
+        entry = DenyEntry(subject, now + seconds, by, now)
+        entries = dict(self._entries)
+        entries[subject] = entry
+        self._set(entries)
+        self._unremoved.discard(subject)
+        stored = await self.store.save(entry)
+        if not stored:
+            self._unsaved[subject] = entry
+        return entry, stored
+
+    async def lift(self, subject: Subject) -> tuple[bool, bool]:
+        """Lift ``subject``; returns (whether it was denied, whether the store has the change)."""
+        was_local = self._live(subject)
+        self._set(dict(self._entries), drop=subject)
+        self._unsaved.pop(subject, None)
+        removed = await self.store.remove(subject)
+        if removed is None:
+            self._unremoved.add(subject)
+            return was_local, False
+        return was_local or removed, True
+
+    def entries(self) -> list[DenyEntry]:
+        now = self._clock()
+        return sorted(
+            (e for e in self._entries.values() if e.until > now), key=lambda e: e.subject.key
+        )
+
+    async def refresh(self) -> None:
+        """Read the store again (periodically, and when another replica announced a change)."""
+        for subject in list(self._unremoved):
+            if await self.store.remove(subject) is not None:
+                self._unremoved.discard(subject)
+        for subject, entry in list(self._unsaved.items()):
+            if await self.store.save(entry):
+                del self._unsaved[subject]
+        loaded = await self.store.load()
+        if loaded is None:
+            return  # unreachable: keep the copy we have
+        for subject in self._unremoved:
+            loaded.pop(subject, None)
+        loaded.update(self._unsaved)
+        self._set(loaded)
+
+    def _set(self, entries: dict[Subject, DenyEntry], drop: Subject | None = None) -> None:
+        if drop is not None:
+            entries.pop(drop, None)
+        self._entries = entries
+        self._users = {s.value for s in entries if s.kind == "user"}
+        self._tokens = {s.value for s in entries if s.kind == "token"}

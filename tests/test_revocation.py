@@ -1,0 +1,402 @@
+"""The deny list, the eviction bus and operator actions, over memory, a file and real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from authn_gateway.cache.memory import MemoryStore
+from authn_gateway.cache.policy import CacheEntry
+from authn_gateway.cache.redis import EntryCodec, TieredCacheStore
+from authn_gateway.config import RedisSettings
+from authn_gateway.keys import TokenHasher
+from authn_gateway.metrics import Metrics
+from authn_gateway.redis_link import RedisLink
+from authn_gateway.revocation import subject as subjects
+from authn_gateway.revocation.actions import Revocations
+from authn_gateway.revocation.denylist import DenyList, DenyStore
+from authn_gateway.revocation.eviction import Evictor
+from authn_gateway.revocation.memory import FileDenyStore, LocalBus, MemoryDenyStore
+from authn_gateway.revocation.redis import RedisBus, RedisDenyStore, reader_client
+from authn_gateway.revocation.subject import BadSubject, Subject
+from backends.base import Authenticated, Rejected, UserInfo
+from tests.support.redis_server import RedisServer
+
+ALICE = subjects.user("alice")
+TOKEN = subjects.token_id("0123456789ab")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+def redis_settings(server: RedisServer, prefix: str = "t") -> RedisSettings:
+    return RedisSettings(url=server.url, key_prefix=prefix, timeout_seconds=0.5, retry_seconds=0.2)
+
+
+@pytest.fixture
+async def link(
+    redis_server: RedisServer, request: pytest.FixtureRequest
+) -> AsyncIterator[RedisLink]:
+    # A prefix per test keeps tests apart on the one server.
+    link = RedisLink(redis_settings(redis_server, prefix=f"t{id(request)}"), Metrics())
+    await link.start()
+    yield link
+    await link.close()
+
+
+def make_store(kind: str, tmp_path: Path, link: RedisLink, clock: Clock) -> DenyStore:
+    if kind == "memory":
+        return MemoryDenyStore(clock)
+    if kind == "file":
+        return FileDenyStore(tmp_path / "deny.json", clock)
+    return RedisDenyStore(link, clock)
+
+
+# Subjects
+
+
+def test_a_subject_is_exactly_one_of_user_or_token_id() -> None:
+    assert subjects.from_request({"user": "alice"}) == ALICE
+    assert subjects.from_request({"token_id": "0123456789ab"}) == TOKEN
+    for bad in ({}, {"user": "a", "token_id": "0123456789ab"}, {"user": 3}, [], {"user": ""}):
+        with pytest.raises(BadSubject):
+            subjects.from_request(bad)
+
+
+def test_a_token_id_that_looks_like_a_token_is_refused_without_echoing_it() -> None:
+    secret = "glpat-abcdefghijklmnopqrst"
+    with pytest.raises(BadSubject) as caught:
+        subjects.from_request({"token_id": secret})
+    assert secret not in str(caught.value)
+
+
+def test_usernames_with_control_characters_are_refused() -> None:
+    with pytest.raises(BadSubject):
+        subjects.user("alice\nINFO forged log line")
+
+
+# The deny list, over each store
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+async def test_a_denied_user_is_refused_and_others_are_not(
+    kind: str, tmp_path: Path, link: RedisLink
+) -> None:
+    clock = Clock()
+    deny = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    assert not deny.denies_user("alice")
+    _, stored = await deny.add(ALICE, 60, by="ops")
+    assert stored
+    assert deny.denies_user("alice")
+    assert not deny.denies_user("bob")
+    assert not deny.denies_token(lambda: "0123456789ab")
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+async def test_a_denial_ends_after_its_seconds(kind: str, tmp_path: Path, link: RedisLink) -> None:
+    clock = Clock()
+    deny = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    await deny.add(TOKEN, 30, by="ops")
+    clock.now += 29
+    assert deny.denies_token(lambda: "0123456789ab")
+    clock.now += 2
+    assert not deny.denies_token(lambda: "0123456789ab")
+    await deny.refresh()
+    assert deny.entries() == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+async def test_a_lifted_denial_no_longer_refuses(
+    kind: str, tmp_path: Path, link: RedisLink
+) -> None:
+    clock = Clock()
+    deny = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    await deny.add(ALICE, 60, by="ops")
+    assert await deny.lift(ALICE) == (True, True)
+    assert not deny.denies_user("alice")
+    await deny.refresh()
+    assert not deny.denies_user("alice")
+    assert await deny.lift(ALICE) == (False, True)
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+async def test_a_denial_survives_a_restart(kind: str, tmp_path: Path, link: RedisLink) -> None:
+    clock = Clock()
+    await DenyList(make_store(kind, tmp_path, link, clock), clock).add(TOKEN, 60, by="ops")
+    restarted = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    assert not restarted.denies_token(lambda: "0123456789ab")
+    await restarted.refresh()
+    assert restarted.denies_token(lambda: "0123456789ab")
+    [entry] = restarted.entries()
+    assert (entry.subject, entry.by) == (TOKEN, "ops")
+
+
+async def test_the_token_id_is_not_computed_while_no_token_is_denied(tmp_path: Path) -> None:
+    deny = DenyList(MemoryDenyStore())
+    await deny.add(ALICE, 60, by="ops")
+
+    def never() -> str:
+        raise AssertionError("hashed a token with no token denied")
+
+    assert not deny.denies_token(never)
+
+
+async def test_the_deny_file_is_private_and_shared_by_processes_that_read_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state" / "deny.json"
+    one, two = DenyList(FileDenyStore(path)), DenyList(FileDenyStore(path))
+    await one.add(ALICE, 60, by="ops")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    await two.refresh()
+    assert two.denies_user("alice")
+    await two.lift(ALICE)
+    await one.refresh()
+    assert not one.denies_user("alice")
+
+
+async def test_a_broken_deny_file_keeps_the_entries_already_loaded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "deny.json"
+    deny = DenyList(FileDenyStore(path))
+    await deny.add(ALICE, 60, by="ops")
+    path.write_text("{not json")
+    await deny.refresh()
+    assert deny.denies_user("alice")
+    assert "not valid JSON" in caplog.text
+
+
+async def test_an_unwritable_deny_file_is_reported_and_the_denial_still_holds(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    deny = DenyList(FileDenyStore(blocker / "deny.json"))  # its parent is a file
+    _, stored = await deny.add(ALICE, 60, by="ops")
+    assert not stored
+    assert deny.denies_user("alice")
+
+
+async def test_malformed_redis_entries_are_skipped(link: RedisLink) -> None:
+    await link.client.hset(link.key("deny"), "user:mallory", b"{junk")
+    deny = DenyList(RedisDenyStore(link))
+    await deny.add(ALICE, 60, by="ops")
+    await deny.refresh()
+    assert [e.subject for e in deny.entries()] == [ALICE]
+
+
+async def test_a_denial_made_while_redis_is_down_reaches_redis_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    server = RedisServer(tmp_path)
+    settings = RedisSettings(url=server.url, timeout_seconds=0.2, retry_seconds=0.1)
+    link = RedisLink(settings, Metrics())
+    try:
+        deny = DenyList(RedisDenyStore(link))
+        _, stored = await deny.add(ALICE, 60, by="ops")
+        assert not stored
+        assert deny.denies_user("alice")
+        server.start()
+        for _ in range(50):
+            if link.shared:
+                break
+            await asyncio.sleep(0.1)
+        await deny.refresh()
+        other = DenyList(RedisDenyStore(link))
+        await other.refresh()
+        assert other.denies_user("alice")
+    finally:
+        await link.close()
+        server.stop()
+
+
+# The bus and the actions, across two replicas on one Redis
+
+
+class Tier:
+    """A tier holding (username, token id) answers, counting what it dropped."""
+
+    def __init__(self, *answers: tuple[str, str]) -> None:
+        self.answers = list(answers)
+        self.shared_calls = 0
+
+    async def evict_local(self, subject: Subject) -> int:
+        kept = [a for a in self.answers if not subject.matches(*a)]
+        dropped = len(self.answers) - len(kept)
+        self.answers = kept
+        return dropped
+
+    async def evict_shared(self, subject: Subject) -> int | None:
+        self.shared_calls += 1
+        return None
+
+
+async def replica(link: RedisLink, name: str, tier: Tier, actions: list[Any]) -> Revocations:
+    reader = reader_client(link.settings, block_seconds=0.5)
+    bus = RedisBus(link, reader, origin=name, block_seconds=0.5, retry_seconds=0.1)
+    evictor = Evictor(guard_seconds=5.0)
+    evictor.add_tier(tier)
+    revocations = Revocations(
+        DenyList(RedisDenyStore(link)),
+        evictor,
+        bus,
+        name,
+        sync_seconds=3600,  # only the bus can carry changes in these tests
+        on_action=lambda *a: actions.append(a),
+    )
+    await revocations.start()
+    return revocations
+
+
+async def eventually(check: Any, seconds: float = 1.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not check():
+        assert loop.time() < end, "not within the time allowed"
+        await asyncio.sleep(0.02)
+
+
+async def test_an_eviction_reaches_the_other_replica_within_a_second(link: RedisLink) -> None:
+    tier_a = Tier(("alice", "aaaaaaaaaaaa"), ("bob", "bbbbbbbbbbbb"))
+    tier_b = Tier(("alice", "aaaaaaaaaaaa"), ("alice", "cccccccccccc"), ("bob", "bbbbbbbbbbbb"))
+    actions: list[Any] = []
+    a = await replica(link, "a", tier_a, actions)
+    b = await replica(link, "b", tier_b, [])
+    try:
+        answer = await a.evict(ALICE, by="ops")
+        assert answer == {
+            "evicted": {"user": "alice"},
+            "local_entries": 1,
+            "shared_entries": None,
+            "fleet": True,
+        }
+        await eventually(lambda: tier_b.answers == [("bob", "bbbbbbbbbbbb")])
+        assert tier_a.answers == [("bob", "bbbbbbbbbbbb")]
+        assert [(x[0], x[1], x[2]) for x in actions] == [("evict", ALICE, "ops")]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_replica_does_not_apply_its_own_event_twice(link: RedisLink) -> None:
+    tier = Tier(("alice", "aaaaaaaaaaaa"))
+    a = await replica(link, "a", tier, [])
+    try:
+        await a.evict(ALICE, by="ops")
+        await asyncio.sleep(0.7)  # longer than one blocking read
+        assert tier.shared_calls == 1
+    finally:
+        await a.close()
+
+
+async def test_a_denial_and_its_lifting_reach_the_other_replica(link: RedisLink) -> None:
+    a = await replica(link, "a", Tier(), [])
+    b = await replica(link, "b", Tier(), [])
+    try:
+        answer = await a.deny(TOKEN, 120, by="ops")
+        assert answer["stored_in"] == "redis" and answer["fleet"] is True
+        await eventually(lambda: b.deny_list.denies_token(lambda: "0123456789ab"))
+        lifted = await b.lift(TOKEN, by="ops2")
+        assert lifted["was_denied"] is True
+        await eventually(lambda: not a.deny_list.denies_token(lambda: "0123456789ab"))
+        assert [e["token_id"] for e in a.listing(0)["entries"]] == []
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_malformed_events_on_the_stream_are_skipped(link: RedisLink) -> None:
+    tier = Tier(("alice", "aaaaaaaaaaaa"))
+    b = await replica(link, "b", tier, [])
+    try:
+        stream = link.key("revocations")
+        await link.client.xadd(stream, {"op": "explode", "subject": "user:alice", "origin": "x"})
+        await link.client.xadd(stream, {"op": "evict", "subject": "nobody", "origin": "x"})
+        await link.client.xadd(stream, {"op": "evict", "subject": "user:alice", "origin": "x"})
+        await eventually(lambda: tier.answers == [])
+    finally:
+        await b.close()
+
+
+async def test_without_redis_actions_apply_to_this_replica_and_say_so() -> None:
+    tier = Tier(("alice", "aaaaaaaaaaaa"))
+    evictor = Evictor(guard_seconds=5.0)
+    evictor.add_tier(tier)
+    revocations = Revocations(DenyList(MemoryDenyStore()), evictor, LocalBus(), "solo")
+    await revocations.start()
+    try:
+        evicted = await revocations.evict(subjects.token_id("aaaaaaaaaaaa"), by="ops")
+        assert (evicted["local_entries"], evicted["fleet"]) == (1, False)
+        denied = await revocations.deny(ALICE, 10, by="ops")
+        assert (denied["stored_in"], denied["fleet"]) == ("memory", False)
+    finally:
+        await revocations.close()
+
+
+def test_an_answer_started_before_an_eviction_is_not_written_back() -> None:
+    clock = Clock()
+    evictor = Evictor(guard_seconds=5.0, clock=clock)
+    started = clock.now
+    clock.now += 1
+    asyncio.run(evictor.evict(ALICE))
+    assert evictor.evicted_since("alice", None, started)
+    assert not evictor.evicted_since("bob", "0123456789ab", started)
+    assert not evictor.evicted_since("alice", None, clock.now + 1)  # began after it
+
+
+# The cache's own tiers
+
+
+def entry(username: str | None, token_id: str) -> CacheEntry:
+    now = time.time()
+    outcome = Authenticated(UserInfo(username)) if username else Rejected("invalid")
+    return CacheEntry(outcome, now + 60, now + 600, token_id)
+
+
+async def test_the_memory_tier_drops_a_users_or_a_tokens_entries_only() -> None:
+    store = MemoryStore(100)
+    await store.put(b"k1", entry("alice", "aaaaaaaaaaaa"))
+    await store.put(b"k2", entry("alice", "cccccccccccc"))
+    await store.put(b"k3", entry("bob", "bbbbbbbbbbbb"))
+    assert await store.evict_local(ALICE) == 2
+    assert await store.get(b"k1") is None and await store.get(b"k3") is not None
+    assert await store.evict_local(subjects.token_id("bbbbbbbbbbbb")) == 1
+    assert len(store) == 0
+
+
+async def test_the_shared_tier_drops_entries_through_its_index_and_skips_negatives(
+    link: RedisLink,
+) -> None:
+    hasher = TokenHasher(b"k")
+    writer = TieredCacheStore(MemoryStore(100), link, EntryCodec(hasher), Metrics())
+    reader = TieredCacheStore(MemoryStore(100), link, EntryCodec(hasher), Metrics())
+    await writer.put(b"k1", entry("alice", "aaaaaaaaaaaa"))
+    await writer.put(b"k2", entry("bob", "bbbbbbbbbbbb"))
+    await writer.put(b"k3", entry(None, "dddddddddddd"))
+    assert await link.client.exists(link.key("idx", "token", "dddddddddddd")) == 0
+    assert await reader.evict_shared(ALICE) == 1
+    assert await reader.get(b"k1") is None  # gone from Redis: another replica cannot find it
+    assert (await reader.get(b"k2")) is not None
+    assert await writer.evict_local(ALICE) == 1
+    ttl = await link.client.pttl(link.key("idx", "user", "bob"))
+    assert 0 < ttl <= 600_000
