@@ -95,7 +95,8 @@ def test_an_active_token_is_mapped_with_the_kube_claim_rules(
         "username": "idp:jane",
         "uid": "u-1",
         "groups": ["scope:read", "scope:write"],
-        "extra": {"example.com/client": ["cli"]},
+        # The mapped extra, and the marker naming the deciding backend (issue 17).
+        "extra": {"example.com/client": ["cli"], "authn-gateway.io/backend": ["opaque"]},
     }
 
 

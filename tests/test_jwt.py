@@ -106,7 +106,12 @@ def test_a_valid_token_is_mapped_as_configured_cel_extras_included(
         "username": "oidc:alice",
         "uid": "uid-alice",
         "groups": ["oidc:dev", "oidc:ops"],
-        "extra": {"example.com/tier": ["gold"], "example.com/scopes": ["read", "write"]},
+        "extra": {
+            "example.com/tier": ["gold"],
+            "example.com/scopes": ["read", "write"],
+            # The marker naming the deciding backend (issue 17).
+            "authn-gateway.io/backend": ["oidc"],
+        },
     }
 
 

@@ -257,7 +257,7 @@ class KeySource:
 
     # ---- the fetch itself --------------------------------------------------------
     async def _fetch(self) -> None:
-        self._last_attempt = self._clock()
+        previous_attempt, self._last_attempt = self._last_attempt, self._clock()
         share = self._share()
         try:
             if share is not None and not await self._fleet_allows_fetch(share):
@@ -268,6 +268,9 @@ class KeySource:
             share = None
         budget = self._budget
         if budget is not None and not await budget.acquire(0.0):
+            # Our own budget said no: the issuer was not asked, so the refetch floor
+            # (one fetch per min_refresh_seconds) is not spent either.
+            self._last_attempt = previous_attempt
             self.stats.count("held_back")
             return
         try:
