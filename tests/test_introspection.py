@@ -132,7 +132,7 @@ def test_refused_client_credentials_are_unavailable_and_logged_as_misconfigurati
     answer = review(gw, opaque(issuer, "opaque-abc"))
     assert answer["authenticated"] is False
     assert "client credentials" in answer["error"]
-    logs = gw.logs()
+    logs = gw.wait_for_log("configuration problem")
     assert "configuration problem" in logs
     assert "wrong-secret-9f2c" not in logs
 

@@ -80,6 +80,16 @@ class GatewayProcess:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
+        """The logs once they contain ``text``: a writer thread writes them, a little
+        after the answer that caused a line (logging never blocks a review)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            logs = self.logs()
+            if text in logs or time.monotonic() > deadline:
+                return logs
+            time.sleep(0.05)
+
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
