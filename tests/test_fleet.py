@@ -151,9 +151,18 @@ async def test_stopping_redis_mid_storm_fails_no_review_and_sharing_resumes(
     answers = await during
     answers += await storm_all()  # entirely without Redis
     assert all(a.status == 200 and a.review["authenticated"] for a in answers)
-    # Cold tokens still work, each replica on its own.
-    cold = await reviews(replicas[0], ["good-newcomer"])
-    assert cold[0].review["user"]["username"] == "newcomer"
+    # Cold tokens still work, each replica on its own. Its local bucket starts empty at
+    # the switch and refills at R/expected_replicas (issue 14), so a cold review in the
+    # first few milliseconds of local mode may be held back, and only by the bucket.
+    deadline = time.monotonic() + 1.0
+    while True:
+        review = (await reviews(replicas[0], ["good-newcomer"]))[0].review
+        if review["authenticated"]:
+            break
+        assert review["error"] == "idp: outbound rate limit reached", review
+        assert time.monotonic() < deadline, "the local bucket never refilled"
+        await asyncio.sleep(0.01)
+    assert review["user"]["username"] == "newcomer"
     assert metric_value(metrics(replicas[0]), "authn_gateway_redis_mode", mode="local") == 1
     # Counted, so that an episode shorter than a scrape interval still shows (and alerts).
     changes = "authn_gateway_redis_mode_changes_total"
