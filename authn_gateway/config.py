@@ -299,7 +299,9 @@ class RedisSettings(Strict):
     # Breaker transitions are published (pub/sub) and adopted within milliseconds; this
     # poll is only the safety net for a message lost while the subscriber reconnects.
     breaker_sync_seconds: PositiveFloat = 1.0
-    # While Redis is down each replica's outbound bucket runs at R / expected_replicas.
+    # While Redis is down each replica runs on 1/n of the fleet's bucket, failures to open
+    # and in-flight ceiling: n is the larger of this and the replicas seen heartbeating
+    # in Redis in the last 15 s (a replica that never reached Redis knows only this).
     expected_replicas: int = Field(default=3, ge=1)
     # Longest a replica waits for another replica's call on the same cold token.
     coalesce_wait_seconds: PositiveFloat = 3.0

@@ -189,6 +189,13 @@ class Metrics:
             ["to"],
             registry=r,
         )
+        self.fleet_share = Gauge(
+            f"{PREFIX}_fleet_share",
+            "n, the larger of redis.expected_replicas and the replicas seen heartbeating in "
+            "Redis in the last 15 s: while Redis is down each replica runs on 1/n of the "
+            "fleet's bucket, failures to open and in-flight ceiling.",
+            registry=r,
+        )
         self.breaker_propagation = Histogram(
             f"{PREFIX}_breaker_propagation_seconds",
             "From a breaker transition published in Redis to this replica adopting it.",

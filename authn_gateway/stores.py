@@ -8,7 +8,6 @@ behind them are in docs/decisions.md ("Fleet mode").
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +26,7 @@ from .coalesce import Coalescer
 from .coalesce.memory import LocalCoalescer
 from .coalesce.redis import LeaseCoalescer
 from .config import DenyListSettings, RedisSettings
+from .fleet_size import FleetSize, share_of
 from .keys import TokenHasher
 from .metrics import Metrics
 from .redis_link import REPLICA_ID, RedisLink
@@ -160,8 +160,13 @@ class RedisStores:
             metrics,
             max_negative_entries=max_negative_entries,
         )
+        # While Redis is down each replica runs on 1/share of the fleet's bounds.
+        self._fleet_size = FleetSize(self.link, settings.expected_replicas, self._reshare)
+        self._fleet_size.on_change(metrics.fleet_share.set)
+        metrics.fleet_share.set(self._fleet_size.share)
+        self._local_breakers: dict[str, tuple[BackendSettings, Breaker]] = {}
         self._buckets = RedisBucketStore(
-            self.link, settings.expected_replicas, self._background.spawn
+            self.link, lambda: self._fleet_size.share, self._background.spawn
         )
         self._breakers = BreakerSync(
             self.link,
@@ -186,6 +191,9 @@ class RedisStores:
         slow_calls: SlowCalls | None = None,
     ) -> CallGate:
         b = settings.breaker
+        # While Redis is down: this replica's share of the fleet's bounds, its own count.
+        local = local_breaker(backend, settings, on_transition, None, share=self._fleet_size.share)
+        self._local_breakers[backend] = (settings, local)
         fleet = FleetBreaker(
             backend,
             b.fail_max,
@@ -194,10 +202,7 @@ class RedisStores:
             settings.concurrency.max_limit,
             slot_ttl,
             self.link,
-            # While Redis is down: this replica's share of the ceiling, its own count.
-            local_breaker(
-                backend, settings, on_transition, None, share=self.settings.expected_replicas
-            ),
+            local,
             self._background.spawn,
             on_transition,
             failure_rate,
@@ -208,6 +213,10 @@ class RedisStores:
 
     def shared_blobs(self, backend: str) -> SharedBlobs | None:
         return RedisSharedBlobs(self.link, self._hasher, backend)
+
+    def _reshare(self, share: int) -> None:
+        for settings, local in self._local_breakers.values():
+            local.reshare(local_fail_max(settings, share), local_ceiling(settings, share))
 
     def forget_breaker(self, backend: str) -> None:
         # The shared state is the fleet's, not this replica's: only stop watching it.
@@ -226,8 +235,10 @@ class RedisStores:
     async def start(self) -> None:
         await self.link.start()
         self._breakers.start()
+        self._fleet_size.start()
 
     async def close(self) -> None:
+        self._fleet_size.stop()
         self._breakers.stop()
         await self.link.close()
 
@@ -240,11 +251,12 @@ def local_breaker(
     slow_calls: SlowCalls | None = None,
     share: int = 1,
 ) -> Breaker:
-    """An in-process breaker with ``1/share`` of the backend's in-flight ceiling."""
+    """An in-process breaker with ``1/share`` of the backend's failures to open and
+    in-flight ceiling (``share`` > 1: a fleet replica while Redis is down)."""
     b = settings.breaker
     return Breaker(
         backend,
-        b.fail_max,
+        local_fail_max(settings, share),
         b.reset_timeout_seconds,
         LocalProbePermits(b.half_open_probes),
         on_transition=on_transition,
@@ -262,4 +274,11 @@ def local_ceiling(settings: BackendSettings, share: int) -> int | None:
     c = settings.concurrency
     if c.enabled and share == 1:
         return None
-    return max(1, math.ceil(c.max_limit / share))
+    return share_of(c.max_limit, share)
+
+
+def local_fail_max(settings: BackendSettings, share: int) -> int:
+    """Failures that open a breaker in one process: all of ``fail_max`` alone, its
+    ``1/share`` in a fleet replica without Redis (so that n replicas together open
+    after about ``fail_max``, not n times it)."""
+    return share_of(settings.breaker.fail_max, share)

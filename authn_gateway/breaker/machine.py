@@ -225,6 +225,13 @@ class Breaker:
             throw_new_error_on_trip=False,
         )
 
+    def reshare(self, fail_max: int, max_in_flight: int | None) -> None:
+        """Run on a new part of the fleet's bounds (a fleet replica while Redis is down,
+        when the fleet's size changed): failures to open, and slots if it has them."""
+        self._cb.fail_max = fail_max
+        if self.slots is not None and max_in_flight is not None:
+            self.slots.limit = max_in_flight
+
     def _transition(self, old: str, new: str) -> None:
         log.warning("breaker %s: %s -> %s", self.name, old, new)
         if new == CLOSED:
