@@ -21,6 +21,7 @@ import yaml
 
 from authn_gateway.carryover import cache_namespace
 from authn_gateway.config import GatewayConfig
+from authn_gateway.gateway import Gateway
 from authn_gateway.keys import TokenHasher
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
@@ -237,3 +238,28 @@ def test_entries_written_by_the_previous_version_are_served_during_a_rolling_upg
     assert fake_idp.calls == 1  # asked once, failed, served the old entry
     text = scrape(gw)
     assert metric_value(text, "authn_gateway_cache_tampered_entries_total") == 0
+
+
+async def test_a_reload_that_changes_only_the_gateway_wide_max_stale_keeps_the_stores() -> None:
+    """deploy/base sets cache: at the top, for every backend; without Redis the
+    in-process store is all there is, so such a reload must keep it."""
+
+    def gateway_config(max_stale: float) -> GatewayConfig:
+        return GatewayConfig.model_validate(
+            {
+                "secret": SECRET,
+                "cache": {"max_stale_seconds": max_stale, "keep_stale_seconds": 7200},
+                "backends": [{"name": "idp", "type": "userinfo", "url": "http://127.0.0.1:9/"}],
+            }
+        )
+
+    first = Gateway(gateway_config(60))
+    second = Gateway(gateway_config(3600), metrics=first.metrics, previous=first)
+    try:
+        assert second.stores is first.stores
+        assert second.hasher is first.hasher
+        cache = second.config.cache_for(second.config.backends[0])
+        assert (cache.max_stale_seconds, cache.keep_stale_seconds) == (3600, 7200)
+    finally:
+        await second.close()
+        await first.close()
