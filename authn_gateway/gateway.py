@@ -208,6 +208,12 @@ class Gateway:
             collector = backend.collector()
             if collector is not None:
                 self.metrics.backend_collectors.attach(backend.name, collector)
+        for settings, backend in zip(self.config.backends, self.backends, strict=True):
+            if backend.remote:  # (remote backends have a cache: stack.layers_for)
+                # Set once this config serves (a reload refused in start() leaves the old
+                # value): the stale-limit alert compares the time since a success with it.
+                cache = self.config.cache_for(settings)
+                self.metrics.set_max_stale(settings.name, cache.max_stale_seconds)
         self.ready = True
 
     def abandon(self) -> None:

@@ -7,6 +7,7 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backends.base import Outcome, Rejected
+from backends.base import Authenticated, Outcome, Rejected
 
 from .breaker.machine import STATES
 from .logsink import all_sinks
@@ -43,7 +44,8 @@ LATENCY_BUCKETS = (
 )
 
 
-# Stale entries are served for up to max_stale (default 1 h) past their TTL.
+# Stale entries are served for up to max_stale (default 1 h, at most keep_stale: 24 h)
+# past their TTL.
 STALE_AGE_BUCKETS = (
     1.0,
     5.0,
@@ -257,6 +259,20 @@ class Metrics:
             buckets=STALE_AGE_BUCKETS,
             registry=r,
         )
+        self.backend_last_success = Gauge(
+            f"{PREFIX}_backend_last_success_timestamp_seconds",
+            "Unix time of this process's last definite answer from the backend (a token "
+            "accepted, or refused by the IdP). Absent until the first one.",
+            ["backend"],
+            registry=r,
+        )
+        self.cache_max_stale = Gauge(
+            f"{PREFIX}_cache_max_stale_seconds",
+            "The running config's cache.max_stale_seconds per backend: how long past its "
+            "TTL a known identity may still be served while the backend cannot answer.",
+            ["backend"],
+            registry=r,
+        )
         self.evictions = Counter(
             f"{PREFIX}_evictions",
             "Evictions applied here, by subject kind (user, token) and source "
@@ -334,6 +350,15 @@ class Metrics:
         self.backend_call(backend, type(outcome).__name__.lower(), seconds)
         if isinstance(outcome, Rejected):
             self._child(self.backend_rejections, backend, outcome.cause).inc()
+        # The IdP answered: known users' stale limits count from answers like this one.
+        # ("unsendable": refused before any call, so it proves nothing about the IdP.)
+        if isinstance(outcome, Authenticated) or (
+            isinstance(outcome, Rejected) and outcome.cause != "unsendable"
+        ):
+            self._child(self.backend_last_success, backend).set(time.time())
+
+    def set_max_stale(self, backend: str, seconds: float) -> None:
+        self._child(self.cache_max_stale, backend).set(seconds)
 
     def internal_error(self, where: str, error: str) -> None:
         self._child(self.internal_errors, where, error).inc()

@@ -147,9 +147,9 @@ class CacheLayer(Layer):
         return Verdict(entry.outcome, self.name, cached=True) if entry is not None else None
 
     def _servable(self, known: CacheEntry | None, asked_at: float) -> bool:
-        """A positive entry within max_stale and the token's expiry, that no operator
-        evicted while this review waited: a fallback."""
-        if known is None or not known.positive or self.clock() >= known.stale_until:
+        """A positive entry within the running config's max_stale and the token's
+        expiry, that no operator evicted while this review waited: a fallback."""
+        if known is None or self.clock() >= self.cache.stale_limit(known):
             return False
         return self.evictor is None or not self.evictor.evicted_since(
             known.username, known.token_id, asked_at

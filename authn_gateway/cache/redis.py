@@ -51,6 +51,10 @@ class EntryCodec:
     def encode(self, key: bytes, entry: CacheEntry) -> bytes:
         outcome = entry.outcome
         doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until, "t": entry.token_id}
+        if entry.keep_until:
+            # Added in issue 18: how long the entry is kept. Replicas of the previous
+            # version ignore it and serve stale up to "s", as they always did.
+            doc["l"] = entry.keep_until
         if isinstance(outcome, Authenticated):
             user = outcome.user
             doc.update(
@@ -89,6 +93,8 @@ class EntryCodec:
                 float(doc["f"]),
                 float(doc["s"]),
                 token_id if isinstance(token_id, str) else None,
+                # Absent in entries from the previous version: kept until "s".
+                keep_until=float(doc.get("l", 0.0)),
             )
         except (ValueError, KeyError, TypeError):
             # Signed by us but unreadable: a newer version's format, never attacker input.
@@ -128,7 +134,7 @@ class TieredCacheStore:
         if entry is not None and now < entry.fresh_until:
             return entry
         remote = await self.get_shared(key)
-        if remote is None or remote.stale_until <= now:
+        if remote is None or remote.kept_until <= now:
             return entry
         if entry is None or remote.fresh_until > entry.fresh_until:
             self._local.put_now(key, remote)
@@ -166,7 +172,8 @@ class TieredCacheStore:
     async def put(self, key: bytes, entry: CacheEntry) -> None:
         self._local.put_now(key, entry)
         now = self._clock()
-        ttl_ms = int((entry.stale_until - now) * 1000)
+        # Kept as long as a later raise of max_stale could still serve it (kept_until).
+        ttl_ms = int((entry.kept_until - now) * 1000)
         if ttl_ms <= 0 or not self._link.shared:
             return
         if not entry.positive:
