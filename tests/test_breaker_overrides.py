@@ -445,3 +445,16 @@ def test_an_override_set_while_redis_is_down_reaches_the_fleet_when_it_is_back(
     assert error_of(b, "good-after-redis-back") == OPEN_ERROR
     assert state(a) == "forced_open"
     assert fake_idp.calls == 0
+
+
+def test_the_forced_closed_measurement_runs_as_documented() -> None:
+    # docs/operations.md and docs/decisions.md quote `python -m loadtests.forced_closed`.
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.forced_closed", "--users", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3/3 answered (stale)" in result.stdout
+    assert "ratio without/with the bound" in result.stdout
