@@ -229,6 +229,10 @@ class AdminSettings(Strict):
     enabled: bool = False
     # Callers must send "Authorization: Bearer <token>". Not read while disabled.
     token: Secret | None = None
+    # A breaker override (force-open / force-closed) lasts this long unless the call
+    # says otherwise ("seconds"); repeating the call renews it. At most max seconds.
+    override_default_seconds: int = Field(default=3600, ge=1)
+    override_max_seconds: int = Field(default=86400, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -243,6 +247,8 @@ class AdminSettings(Strict):
     def _needs_token(self) -> AdminSettings:
         if self.enabled and self.token is None:
             raise ValueError("token: required when the admin endpoint is enabled")
+        if self.override_default_seconds > self.override_max_seconds:
+            raise ValueError("override_default_seconds: must not exceed override_max_seconds")
         return self
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from backends.base import Authenticator, Backend, BackendConfigError
 from backends.budget import UNLIMITED, CallBudget
 
+from .breaker.memory import MemoryOverrides
 from .bucket.memory import InboundLimiter
 from .carryover import identity_fingerprint
 from .config import SECRET_ENV, ConfigError, GatewayConfig
@@ -105,6 +106,10 @@ class Gateway:
                     "config reload: secret, redis or cache.max_entries changed; "
                     "the in-process cache, breakers and buckets start empty"
                 )
+                # An operator's override is not state to lose: it expires on its own.
+                overrides = self.stores.overrides()
+                if isinstance(overrides, MemoryOverrides):
+                    overrides.carry_from(previous.stores.overrides())
         # Stores are closed by whichever gateway holds them last.
         self.owns_stores = True
         self._carried_from = previous if carried else None

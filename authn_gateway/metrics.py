@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from backends.base import Authenticated, Outcome, Rejected
 
 from .breaker.machine import STATES
+from .breaker.override import Forced, Override
 from .logsink import all_sinks
 
 LOGS = ("review", "audit", "process")
@@ -130,6 +131,25 @@ class Metrics:
             f"{PREFIX}_breaker_transitions",
             "Circuit breaker state changes.",
             ["backend", "from_state", "to_state"],
+            registry=r,
+        )
+        self.breaker_override = Gauge(
+            f"{PREFIX}_breaker_override",
+            "Operator override of a backend's breaker in force (1): none, forced_open or "
+            "forced_closed.",
+            ["backend", "override"],
+            registry=r,
+        )
+        self.breaker_override_since = Gauge(
+            f"{PREFIX}_breaker_override_since_timestamp_seconds",
+            "When the override in force was first set (renewals keep it); 0 without one.",
+            ["backend"],
+            registry=r,
+        )
+        self.breaker_override_expiry = Gauge(
+            f"{PREFIX}_breaker_override_expiry_timestamp_seconds",
+            "When the override in force expires; 0 without one.",
+            ["backend"],
             registry=r,
         )
         self.cache_lookups = Counter(
@@ -400,6 +420,15 @@ class Metrics:
     def breaker_transition(self, backend: str, old: str, new: str) -> None:
         self._child(self.breaker_transitions, backend, old, new).inc()
         self.set_breaker_state(backend, new)
+
+    def set_override(self, backend: str, forced: Forced | None) -> None:
+        current = forced.override if forced is not None else Override.NONE
+        for override in Override:
+            self._child(self.breaker_override, backend, override.value).set(
+                1 if override is current else 0
+            )
+        self._child(self.breaker_override_since, backend).set(forced.since if forced else 0)
+        self._child(self.breaker_override_expiry, backend).set(forced.expires_at if forced else 0)
 
 
 class BackendCollectors(Collector):

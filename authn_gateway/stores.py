@@ -9,13 +9,14 @@ behind them are in docs/decisions.md ("Fleet mode").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.settings import BackendSettings
 
 from .breaker.machine import Breaker, CallGate, FailureRate, SlowCalls
-from .breaker.memory import LocalProbePermits
-from .breaker.redis import BreakerSync, FleetBreaker
+from .breaker.memory import LocalProbePermits, MemoryOverrides
+from .breaker.override import Overrides, replica_view
+from .breaker.redis import BreakerSync, FleetBreaker, RedisOverrides
 from .bucket.gcra import BucketStore
 from .bucket.memory import MemoryBucketStore
 from .bucket.redis import RedisBucketStore
@@ -77,6 +78,15 @@ class Stores(Protocol):
         """A reload changed this backend's identity: its next breaker starts closed."""
         ...
 
+    def overrides(self) -> Overrides:
+        """The operator overrides of every backend's breaker (kept across reloads)."""
+        ...
+
+    async def breaker_views(self, gates: dict[str, CallGate]) -> list[dict[str, Any]] | None:
+        """Every replica's view of its breakers (``gates``: this replica's); None when
+        the shared state does not answer."""
+        ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -88,6 +98,7 @@ class MemoryStores:
         self._buckets = MemoryBucketStore()
         # Kept by name so that a reload's new breakers carry on from the old state.
         self._gates: dict[str, tuple[object, CallGate]] = {}
+        self._overrides = MemoryOverrides()
         self._deny: DenyStore | None = None
 
     def cache_store(self) -> MemoryStore:
@@ -110,12 +121,21 @@ class MemoryStores:
         kept = self._gates.get(backend)
         if kept is not None and kept[0] == (settings.breaker, settings.concurrency):
             return kept[1]
-        gate = local_breaker(backend, settings, on_transition, failure_rate, slow_calls)
+        gate = local_breaker(
+            backend, settings, on_transition, failure_rate, slow_calls, overrides=self._overrides
+        )
         self._gates[backend] = ((settings.breaker, settings.concurrency), gate)
         return gate
 
     def forget_breaker(self, backend: str) -> None:
+        # The override is the operator's, by backend name: it stays.
         self._gates.pop(backend, None)
+
+    def overrides(self) -> MemoryOverrides:
+        return self._overrides
+
+    async def breaker_views(self, gates: dict[str, CallGate]) -> list[dict[str, Any]] | None:
+        return [replica_view(REPLICA_ID, gates, shared=False)]
 
     def deny_store(self, settings: DenyListSettings) -> DenyStore:
         # One per process, so a reload keeps even a memory-only deny list.
@@ -168,11 +188,13 @@ class RedisStores:
         self._buckets = RedisBucketStore(
             self.link, lambda: self._fleet_size.share, self._background.spawn
         )
+        self._overrides = RedisOverrides(self.link, self._background.spawn)
         self._breakers = BreakerSync(
             self.link,
             settings.breaker_sync_seconds,
             settings.retry_seconds,
             metrics.breaker_propagation.observe,
+            self._overrides,
         )
 
     def cache_store(self) -> TieredCacheStore:
@@ -192,7 +214,14 @@ class RedisStores:
     ) -> CallGate:
         b = settings.breaker
         # While Redis is down: this replica's share of the fleet's bounds, its own count.
-        local = local_breaker(backend, settings, on_transition, None, share=self._fleet_size.share)
+        local = local_breaker(
+            backend,
+            settings,
+            on_transition,
+            None,
+            share=self._fleet_size.share,
+            overrides=self._overrides,
+        )
         self._local_breakers[backend] = (settings, local)
         fleet = FleetBreaker(
             backend,
@@ -207,6 +236,7 @@ class RedisStores:
             on_transition,
             failure_rate,
             slow_calls,
+            self._overrides,
         )
         self._breakers.add(fleet)
         return fleet
@@ -222,6 +252,12 @@ class RedisStores:
         # The shared state is the fleet's, not this replica's: only stop watching it.
         self._breakers.forget(backend)
 
+    def overrides(self) -> RedisOverrides:
+        return self._overrides
+
+    async def breaker_views(self, gates: dict[str, CallGate]) -> list[dict[str, Any]] | None:
+        return await self._breakers.views()
+
     def deny_store(self, settings: DenyListSettings) -> DenyStore:
         return RedisDenyStore(self.link)
 
@@ -234,7 +270,7 @@ class RedisStores:
 
     async def start(self) -> None:
         await self.link.start()
-        self._breakers.start()
+        await self._breakers.start()
         self._fleet_size.start()
 
     async def close(self) -> None:
@@ -250,6 +286,7 @@ def local_breaker(
     failure_rate: FailureRate | None,
     slow_calls: SlowCalls | None = None,
     share: int = 1,
+    overrides: Overrides | None = None,
 ) -> Breaker:
     """An in-process breaker with ``1/share`` of the backend's failures to open and
     in-flight ceiling (``share`` > 1: a fleet replica while Redis is down)."""
@@ -264,6 +301,7 @@ def local_breaker(
         slow_calls=slow_calls,
         max_in_flight=local_ceiling(settings, share),
         max_hold=b.max_retry_after_seconds,
+        overrides=overrides,
     )
 
 

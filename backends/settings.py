@@ -151,6 +151,10 @@ class BreakerSettings(Strict):
     max_retry_after_seconds: PositiveFloat = 300.0
     # Slow-call trip condition; on by default, off with `slow_calls: null`.
     slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
+    # While an operator forces the breaker closed nothing sheds a hanging IdP, so a
+    # review that has a stale entry waits at most this long before it is answered
+    # stale (the call goes on in the background and refreshes the entry).
+    forced_closed_stale_wait_seconds: PositiveFloat = 0.5
 
 
 class BucketSettings(Strict):

@@ -298,6 +298,72 @@ def test_breaker_alert_fires_only_after_a_minute_open(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _override_series(
+    backend: str, pod: str, override: str, since: str, until: int
+) -> list[dict[str, str]]:
+    """One pod's override gauges, per minute: ``override`` in force from minute 1 to
+    ``until`` (since = ``since``), none before and after."""
+    minutes = 60
+    forced = " ".join("1" if 1 <= m < until else "0" for m in range(minutes))
+    none = " ".join("0" if 1 <= m < until else "1" for m in range(minutes))
+    started = " ".join(since if 1 <= m < until else "0" for m in range(minutes))
+    labels = {"backend": backend, "pod": pod}
+    return [
+        {
+            "series": _series("authn_gateway_breaker_override", {**labels, "override": override}),
+            "values": forced,
+        },
+        {
+            "series": _series("authn_gateway_breaker_override", {**labels, "override": "none"}),
+            "values": none,
+        },
+        {
+            "series": _series("authn_gateway_breaker_override_since_timestamp_seconds", labels),
+            "values": started,
+        },
+    ]
+
+
+def test_a_forced_state_older_than_30_minutes_alerts_forced_closed_included(
+    tmp_path: Path,
+) -> None:
+    alert = "AuthnGatewayBreakerOverrideForgotten"
+    # keystone forced closed at t=60s on both pods (fleet-wide) until minute 45; gw-1
+    # restarts around minute 20 (a gap in its series), which must not reset the age.
+    series = [
+        *_override_series("keystone", "gw-0", "forced_closed", "60", 45),
+        *_override_series("keystone", "gw-1", "forced_closed", "60", 45),
+        # gitlab forced open for 10 minutes only: released in time, never alerts.
+        *_override_series("gitlab", "gw-0", "forced_open", "60", 11),
+    ]
+    gw1_since = series[5]
+    values = gw1_since["values"].split()
+    gw1_since["values"] = " ".join(values[:19] + ["_"] * 3 + values[22:])
+    labels = {"backend": "keystone", "override": "forced_closed", "severity": "warning"}
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": alert, "exp_alerts": []},
+                    {"eval_time": "30m", "alertname": alert, "exp_alerts": []},
+                    {
+                        "eval_time": "32m",
+                        "alertname": alert,
+                        "exp_alerts": [
+                            {"exp_labels": labels, "exp_annotations": _annotations(alert, labels)}
+                        ],
+                    },
+                    {"eval_time": "50m", "alertname": alert, "exp_alerts": []},
+                ],
+            }
+        ],
+        interval="1m",
+    )
+
+
 def test_idp_saturated_fires_after_five_minutes_of_refusals_only(tmp_path: Path) -> None:
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
