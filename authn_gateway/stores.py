@@ -159,6 +159,8 @@ class RedisStores:
             EntryCodec(hasher),
             metrics,
             max_negative_entries=max_negative_entries,
+            write_back_per_second=settings.write_back_per_second,
+            count_every_seconds=settings.count_shared_seconds,
         )
         self._buckets = RedisBucketStore(
             self.link, settings.expected_replicas, self._background.spawn
@@ -226,9 +228,11 @@ class RedisStores:
     async def start(self) -> None:
         await self.link.start()
         self._breakers.start()
+        self._cache.start()
 
     async def close(self) -> None:
         self._breakers.stop()
+        await self._cache.close()
         await self.link.close()
 
 
