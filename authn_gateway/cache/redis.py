@@ -38,6 +38,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -138,6 +139,9 @@ class TieredCacheStore:
         self._write_back_rate = write_back_per_second
         self._count_every = count_every_seconds
         self._live = link.key("cache-live")
+        # Set once in an empty Redis; see count_shared.
+        self._epoch_key = link.key("cache-epoch")
+        self._epoch: bytes | None = None
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._previous_found = metrics.cache_previous_key_lookups.labels("found")
         self._previous_missing = metrics.cache_previous_key_lookups.labels("missing")
@@ -293,6 +297,7 @@ class TieredCacheStore:
     # ---- Redis came back: write back what this replica knows; count what Redis holds ----
 
     def _resumed(self) -> None:
+        # Whatever Redis lost while it was away (maybe everything) is written back.
         self._spawn("write_back", self.write_back())
 
     def _spawn(self, name: str, coro: Any) -> None:
@@ -334,19 +339,37 @@ class TieredCacheStore:
 
     async def count_shared(self) -> int | None:
         """Identities in Redis under this prefix (expired ones dropped from the count
-        first), exported as a gauge; None while Redis is down."""
-        now_ms = int(self._clock() * 1000)
+        first), exported as a gauge; None while Redis is down.
 
-        async def count(r: Any) -> int:
+        Also notices a Redis that lost its data without this replica seeing an error
+        (FLUSHALL, or a restart between two calls): a marker key with a random value,
+        set once, that only goes when everything goes. A new value: write back."""
+        now_ms = int(self._clock() * 1000)
+        epoch = os.urandom(8).hex().encode()
+
+        async def count(r: Any) -> tuple[int, bytes | None]:
             pipe = r.pipeline(transaction=False)
             pipe.zremrangebyscore(self._live, "-inf", now_ms)
             pipe.zcard(self._live)
-            _, n = await pipe.execute()
-            return int(n)
+            pipe.set(self._epoch_key, epoch, nx=True)
+            pipe.get(self._epoch_key)
+            _, n, _, seen = await pipe.execute()
+            return int(n), seen
 
-        n = await self._link.best_effort("cache_count", count)
-        if n is not None:
-            self._metrics.shared_cache_identities.set(n)
+        counted = await self._link.best_effort("cache_count", count)
+        if counted is None:
+            return None
+        n, seen = counted
+        self._metrics.shared_cache_identities.set(n)
+        if self._epoch is not None and seen != self._epoch:
+            running = self._tasks.get("write_back")
+            if running is None or running.done():
+                log.warning(
+                    "redis: the shared cache was emptied (FLUSHALL, or a restart without "
+                    "persistence); writing back live local identities"
+                )
+                self._spawn("write_back", self.write_back())
+        self._epoch = seen
         return n
 
     async def _count_forever(self) -> None:
