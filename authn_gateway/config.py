@@ -307,8 +307,9 @@ class RedisSettings(Strict):
     coalesce_wait_seconds: PositiveFloat = 3.0
     # When Redis answers again (it may have come back empty), each replica writes its
     # live local identities back, at most this many per second, most recently used
-    # first, never over an entry Redis holds. 1000/s: 100 000 identities in 100 s.
-    write_back_per_second: int = Field(default=1000, ge=1, le=100_000)
+    # first, never over an entry Redis holds. 500/s: 100 000 identities in 200 s, for
+    # about half the client CPU of 500 cache writes a second (docs/decisions.md).
+    write_back_per_second: int = Field(default=500, ge=1, le=100_000)
     # How often each replica counts the identities in Redis
     # (authn_gateway_shared_cache_identities).
     count_shared_seconds: PositiveFloat = 15.0

@@ -60,8 +60,10 @@ log = logging.getLogger(__name__)
 
 # Refusals live at most this long in Redis, and their write budget renews this often.
 NEGATIVE_WINDOW_SECONDS = 60.0
-# Write-back batches per second (each one pipeline): rate / this entries in each.
+# Write-back batches per second (each one pipeline): rate / this entries in each, at
+# most WRITE_BACK_MAX_BATCH (~8 commands each), well within a Redis call's deadline.
 WRITE_BACK_BATCHES_PER_SECOND = 10
+WRITE_BACK_MAX_BATCH = 200
 
 
 class EntryCodec:
@@ -126,7 +128,7 @@ class TieredCacheStore:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
         max_negative_entries: int = 50_000,
-        write_back_per_second: int = 1000,
+        write_back_per_second: int = 500,
         count_every_seconds: float = 15.0,
     ) -> None:
         self._local = local
@@ -310,7 +312,7 @@ class TieredCacheStore:
         """Write this replica's live local identities to Redis, where none is stored under
         their keys; stops when Redis fails again. The number written."""
         rate = self._write_back_rate
-        batch = max(1, rate // WRITE_BACK_BATCHES_PER_SECOND)
+        batch = min(WRITE_BACK_MAX_BATCH, max(1, rate // WRITE_BACK_BATCHES_PER_SECOND))
         identities = self._local.live_identities(self._clock)
         written = kept = 0
         while chunk := list(itertools.islice(identities, batch)):
@@ -334,10 +336,10 @@ class TieredCacheStore:
             written,
             kept,
         )
-        await self.count_shared()
+        await self.count_shared(notice_emptied=False)
         return written
 
-    async def count_shared(self) -> int | None:
+    async def count_shared(self, notice_emptied: bool = True) -> int | None:
         """Identities in Redis under this prefix (expired ones dropped from the count
         first), exported as a gauge; None while Redis is down.
 
@@ -361,7 +363,7 @@ class TieredCacheStore:
             return None
         n, seen = counted
         self._metrics.shared_cache_identities.set(n)
-        if self._epoch is not None and seen != self._epoch:
+        if notice_emptied and self._epoch is not None and seen != self._epoch:
             running = self._tasks.get("write_back")
             if running is None or running.done():
                 log.warning(
