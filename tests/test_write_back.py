@@ -186,3 +186,20 @@ def test_a_write_back_stops_when_redis_fails_again_and_finishes_when_it_returns(
     assert len(client.keys("authn-gw:cache:*")) == 100
     # Nothing was asked of the IdP for any of it.
     assert fake_idp.calls == 100
+
+
+def test_the_shared_cache_cost_measurement_runs_as_documented() -> None:
+    # docs/decisions.md and docs/operations.md quote `python -m loadtests.shared_cache_costs`.
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "loadtests.shared_cache_costs", "--identities", "300"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "300 identities in Redis" in result.stdout
+    assert "write-back of 300" in result.stdout
+    assert "one previous secret" in result.stdout
