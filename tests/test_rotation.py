@@ -4,6 +4,7 @@ processes, a real redis-server and the fake IdP, following docs/operations.md
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from authn_gateway.config import ConfigError, parse_config
 from authn_gateway.keys import TokenHasher
@@ -199,6 +201,31 @@ def test_a_value_signed_with_an_unknown_secret_is_refused_and_named_by_key_id(
     assert fake_idp.calls == 1
     assert metric_value(metrics(gw), "authn_gateway_cache_tampered_entries_total") == 1
     assert f"signed by key id {forger.key_id.hex()}" in gw.wait_for_log("signature check")
+
+
+def test_a_reload_that_adds_previous_secrets_reads_the_old_entries(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    """The swap done by SIGHUP (a file: secret) instead of a restart: the reloaded
+    gateway starts its in-process cache empty and finds the users under the old keys."""
+    gw = gateway_factory(config(fake_idp, redis_server, OLD))
+    for token in KNOWN:
+        authenticated(gw, token)
+    time.sleep(1.2)
+    fake_idp.configure(status=503)
+    fake_idp.reset_stats()
+    cfg = config(fake_idp, redis_server, NEW, [OLD])
+    cfg["server"] = {"host": "127.0.0.1", "port": gw.port}
+    gw.config_path.write_text(yaml.safe_dump(cfg))
+    gw.proc.send_signal(signal.SIGHUP)
+    gw.wait_for_log("config reloaded")
+    assert "previous_secrets" in gw.logs()  # the reload says the cache starts empty
+    serves_known_users_stale(gw)
+    assert fake_idp.calls <= FAIL_MAX
+    text = metrics(gw)
+    assert metric_value(text, "authn_gateway_secret_info", key_id=key_id(NEW), role="current")
+    assert metric_value(text, "authn_gateway_secret_info", key_id=key_id(OLD), role="previous")
+    assert not metric_value(text, "authn_gateway_secret_info", key_id=key_id(OLD), role="current")
 
 
 # --- bad previous secrets: the same clear error as the secret, never the value ------------
