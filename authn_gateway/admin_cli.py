@@ -5,6 +5,10 @@
     authn-gateway admin deny --user alice --seconds 3600
     authn-gateway admin denied
     authn-gateway admin lift --user alice
+    authn-gateway admin breakers
+    authn-gateway admin force-open keystone --seconds 1800
+    authn-gateway admin force-closed keystone
+    authn-gateway admin release keystone
 
 The admin token is read from ``--token-file`` or ``$AUTHN_GATEWAY_ADMIN_TOKEN``,
 never from the command line (other users see arguments in ps). The gateway's
@@ -18,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -30,7 +35,7 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 def add_parser(sub: Any) -> None:
     admin = sub.add_parser(
         "admin",
-        help="evict or deny identities on a running gateway (its admin API)",
+        help="evict or deny identities, or override breakers, on a running gateway",
         description="Send one admin request to a running gateway (the ops listener when "
         "server.ops is set) and print its JSON answer. The admin token comes from "
         f"--token-file or ${TOKEN_ENV}.",
@@ -62,6 +67,24 @@ def add_parser(sub: Any) -> None:
     actions.add_parser("denied", help="list the deny list's entries")
     lift = actions.add_parser("lift", help="lift a denial")
     _subject_args(lift)
+    actions.add_parser("breakers", help="every replica's breakers and the overrides in force")
+    for action, text in (
+        (
+            "force-open",
+            "never call BACKEND's IdP (fleet-wide with Redis) until released or expired",
+        ),
+        ("force-closed", "always call BACKEND's IdP, breaker disabled, until released or expired"),
+        ("release", "end BACKEND's override: its breaker's own state applies again"),
+    ):
+        override = actions.add_parser(action, help=text)
+        override.add_argument("backend", metavar="BACKEND")
+        if action != "release":
+            override.add_argument(
+                "--seconds",
+                type=int,
+                help="how long the override lasts (default: admin.override_default_seconds, "
+                "1 h); repeating the command renews it",
+            )
 
 
 def _subject_args(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +106,13 @@ def _admin_token(args: argparse.Namespace) -> str | None:
 
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    if args.action == "breakers":
+        return "GET", "/admin/breakers", None
+    if args.action in ("force-open", "force-closed", "release"):
+        body: dict[str, Any] = {"by": args.operator} if args.operator else {}
+        if getattr(args, "seconds", None) is not None:
+            body["seconds"] = args.seconds
+        return "POST", f"/admin/breakers/{quote(args.backend, safe='')}/{args.action}", body
     subject: dict[str, Any] = {}
     if args.action != "denied":
         subject = {"user": args.user} if args.user is not None else {"token_id": args.token_id}

@@ -231,6 +231,10 @@ class AdminSettings(Strict):
     enabled: bool = False
     # Callers must send "Authorization: Bearer <token>". Not read while disabled.
     token: Secret | None = None
+    # A breaker override (force-open / force-closed) lasts this long unless the call
+    # says otherwise ("seconds"); repeating the call renews it. At most max seconds.
+    override_default_seconds: int = Field(default=3600, ge=1)
+    override_max_seconds: int = Field(default=86400, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -245,6 +249,8 @@ class AdminSettings(Strict):
     def _needs_token(self) -> AdminSettings:
         if self.enabled and self.token is None:
             raise ValueError("token: required when the admin endpoint is enabled")
+        if self.override_default_seconds > self.override_max_seconds:
+            raise ValueError("override_default_seconds: must not exceed override_max_seconds")
         return self
 
 
@@ -301,7 +307,9 @@ class RedisSettings(Strict):
     # Breaker transitions are published (pub/sub) and adopted within milliseconds; this
     # poll is only the safety net for a message lost while the subscriber reconnects.
     breaker_sync_seconds: PositiveFloat = 1.0
-    # While Redis is down each replica's outbound bucket runs at R / expected_replicas.
+    # While Redis is down each replica runs on 1/n of the fleet's bucket, failures to open
+    # and in-flight ceiling: n is the larger of this and the replicas seen heartbeating
+    # in Redis in the last 15 s (a replica that never reached Redis knows only this).
     expected_replicas: int = Field(default=3, ge=1)
     # Longest a replica waits for another replica's call on the same cold token.
     coalesce_wait_seconds: PositiveFloat = 3.0

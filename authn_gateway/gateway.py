@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from backends.base import Authenticator, Backend, BackendConfigError
 from backends.budget import UNLIMITED, CallBudget
 
+from .breaker.memory import MemoryOverrides
 from .bucket.memory import InboundLimiter
 from .carryover import identity_fingerprint
 from .config import SECRET_ENV, ConfigError, GatewayConfig
@@ -110,6 +111,10 @@ class Gateway:
                     "config reload: secret, previous_secrets, redis or cache.max_entries "
                     "changed; the in-process cache, breakers and buckets start empty"
                 )
+                # An operator's override is not state to lose: it expires on its own.
+                overrides = self.stores.overrides()
+                if isinstance(overrides, MemoryOverrides):
+                    overrides.carry_from(previous.stores.overrides())
         # Stores are closed by whichever gateway holds them last.
         self.owns_stores = True
         self._carried_from = previous if carried else None
@@ -214,6 +219,12 @@ class Gateway:
             collector = backend.collector()
             if collector is not None:
                 self.metrics.backend_collectors.attach(backend.name, collector)
+        for settings, backend in zip(self.config.backends, self.backends, strict=True):
+            if backend.remote:  # (remote backends have a cache: stack.layers_for)
+                # Set once this config serves (a reload refused in start() leaves the old
+                # value): the stale-limit alert compares the time since a success with it.
+                cache = self.config.cache_for(settings)
+                self.metrics.set_max_stale(settings.name, cache.max_stale_seconds)
         self.ready = True
 
     def _export_key_ids(self) -> None:

@@ -7,6 +7,7 @@ dictionary lookup and an increment.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -14,9 +15,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from backends.base import Outcome, Rejected
+from backends.base import Authenticated, Outcome, Rejected
 
 from .breaker.machine import STATES
+from .breaker.override import Forced, Override
 from .logsink import all_sinks
 
 LOGS = ("review", "audit", "process")
@@ -43,7 +45,8 @@ LATENCY_BUCKETS = (
 )
 
 
-# Stale entries are served for up to max_stale (default 1 h) past their TTL.
+# Stale entries are served for up to max_stale (default 1 h, at most keep_stale: 24 h)
+# past their TTL.
 STALE_AGE_BUCKETS = (
     1.0,
     5.0,
@@ -130,6 +133,25 @@ class Metrics:
             ["backend", "from_state", "to_state"],
             registry=r,
         )
+        self.breaker_override = Gauge(
+            f"{PREFIX}_breaker_override",
+            "Operator override of a backend's breaker in force (1): none, forced_open or "
+            "forced_closed.",
+            ["backend", "override"],
+            registry=r,
+        )
+        self.breaker_override_since = Gauge(
+            f"{PREFIX}_breaker_override_since_timestamp_seconds",
+            "When the override in force was first set (renewals keep it); 0 without one.",
+            ["backend"],
+            registry=r,
+        )
+        self.breaker_override_expiry = Gauge(
+            f"{PREFIX}_breaker_override_expiry_timestamp_seconds",
+            "When the override in force expires; 0 without one.",
+            ["backend"],
+            registry=r,
+        )
         self.cache_lookups = Counter(
             f"{PREFIX}_cache_lookups",
             "Cache lookups by result: hit, negative_hit, miss, stale_served.",
@@ -187,6 +209,13 @@ class Metrics:
             "Switches between shared and local fleet state, by the mode switched to. A gauge "
             "sampled every scrape misses a few seconds in local mode; this does not.",
             ["to"],
+            registry=r,
+        )
+        self.fleet_share = Gauge(
+            f"{PREFIX}_fleet_share",
+            "n, the larger of redis.expected_replicas and the replicas seen heartbeating in "
+            "Redis in the last 15 s: while Redis is down each replica runs on 1/n of the "
+            "fleet's bucket, failures to open and in-flight ceiling.",
             registry=r,
         )
         self.breaker_propagation = Histogram(
@@ -280,6 +309,20 @@ class Metrics:
             buckets=STALE_AGE_BUCKETS,
             registry=r,
         )
+        self.backend_last_success = Gauge(
+            f"{PREFIX}_backend_last_success_timestamp_seconds",
+            "Unix time of this process's last definite answer from the backend (a token "
+            "accepted, or refused by the IdP). Absent until the first one.",
+            ["backend"],
+            registry=r,
+        )
+        self.cache_max_stale = Gauge(
+            f"{PREFIX}_cache_max_stale_seconds",
+            "The running config's cache.max_stale_seconds per backend: how long past its "
+            "TTL a known identity may still be served while the backend cannot answer.",
+            ["backend"],
+            registry=r,
+        )
         self.evictions = Counter(
             f"{PREFIX}_evictions",
             "Evictions applied here, by subject kind (user, token) and source "
@@ -357,6 +400,15 @@ class Metrics:
         self.backend_call(backend, type(outcome).__name__.lower(), seconds)
         if isinstance(outcome, Rejected):
             self._child(self.backend_rejections, backend, outcome.cause).inc()
+        # The IdP answered: known users' stale limits count from answers like this one.
+        # ("unsendable": refused before any call, so it proves nothing about the IdP.)
+        if isinstance(outcome, Authenticated) or (
+            isinstance(outcome, Rejected) and outcome.cause != "unsendable"
+        ):
+            self._child(self.backend_last_success, backend).set(time.time())
+
+    def set_max_stale(self, backend: str, seconds: float) -> None:
+        self._child(self.cache_max_stale, backend).set(seconds)
 
     def internal_error(self, where: str, error: str) -> None:
         self._child(self.internal_errors, where, error).inc()
@@ -398,6 +450,15 @@ class Metrics:
     def breaker_transition(self, backend: str, old: str, new: str) -> None:
         self._child(self.breaker_transitions, backend, old, new).inc()
         self.set_breaker_state(backend, new)
+
+    def set_override(self, backend: str, forced: Forced | None) -> None:
+        current = forced.override if forced is not None else Override.NONE
+        for override in Override:
+            self._child(self.breaker_override, backend, override.value).set(
+                1 if override is current else 0
+            )
+        self._child(self.breaker_override_since, backend).set(forced.since if forced else 0)
+        self._child(self.breaker_override_expiry, backend).set(forced.expires_at if forced else 0)
 
 
 class BackendCollectors(Collector):

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Callable
+from typing import Any
 
+import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -13,9 +16,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .audit import AuditLog
-from .breaker.machine import Override
+from .breaker.machine import CallGate
+from .breaker.override import Override, replica_view
 from .gateway import Gateway
-from .revocation_api import revocation_routes
+from .redis_link import REPLICA_ID
+from .revocation_api import MAX_BODY, BadRequest, _operator, revocation_routes
 
 
 def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
@@ -35,6 +40,11 @@ def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
 
     async def metrics(_: Request) -> Response:
         gateway.metrics.cache_entries.set(len(gateway.stores.cache_store()))
+        for name, stack in gateway.pipeline.backends.items():
+            if stack.breaker is not None:
+                # At scrape time: an override ends by expiring, with no event to count.
+                gateway.metrics.set_breaker_state(name, stack.breaker.state)
+                gateway.metrics.set_override(name, stack.breaker.forced())
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
@@ -43,7 +53,7 @@ def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
         Route("/metrics", metrics),
     ]
     if gateway.config.admin.enabled:
-        routes += admin_routes(gateway)
+        routes += admin_routes(gateway, audit_log)
         routes += revocation_routes(gateway, admin_check(gateway), audit_log)
     return Starlette(routes=routes)
 
@@ -61,42 +71,131 @@ def admin_check(gateway: Gateway) -> Callable[[Request], bool]:
     return allowed
 
 
-def admin_routes(gateway: Gateway) -> list[Route]:
+def admin_routes(gateway: Gateway, audit_log: AuditLog | None = None) -> list[Route]:
     allowed = admin_check(gateway)
+    overrides = gateway.stores.overrides()
+    settings = gateway.config.admin
+    stored_in = "redis" if gateway.config.redis is not None else "memory"
+
+    def gates() -> dict[str, CallGate]:
+        return {
+            name: stack.breaker
+            for name, stack in gateway.pipeline.backends.items()
+            if stack.breaker is not None
+        }
 
     async def list_breakers(request: Request) -> Response:
         if not allowed(request):
-            return JSONResponse({"message": "unauthorized"}, status_code=401)
-        return JSONResponse(
-            {
-                name: stack.breaker.state
-                for name, stack in gateway.pipeline.backends.items()
-                if stack.breaker is not None
+            return _refuse(401, "unauthorized")
+        mine = gates()
+        now = time.time()
+        backends = {}
+        for name, gate in mine.items():
+            forced = await overrides.read(name)
+            backends[name] = {
+                "state": gate.state,
+                "machine_state": gate.machine_state,
+                "override": forced.to_json(now) if forced is not None else None,
             }
-        )
+        answer: dict[str, Any] = {"replica": REPLICA_ID, "stored_in": stored_in}
+        views = await gateway.stores.breaker_views(mine)
+        if views is None:
+            views = [replica_view(REPLICA_ID, mine, shared=False)]
+            answer["message"] = "Redis unreachable: this replica's view only"
+        answer.update(backends=backends, replicas=views)
+        return JSONResponse(answer)
 
     async def set_breaker(request: Request) -> Response:
         if not allowed(request):
-            return JSONResponse({"message": "unauthorized"}, status_code=401)
+            return _refuse(401, "unauthorized")
         name = request.path_params["backend"]
-        stack = gateway.pipeline.backends.get(name)
-        breaker = stack.breaker if stack is not None else None
-        if breaker is None:
-            return JSONResponse({"message": "no such backend"}, status_code=404)
+        gate = gates().get(name)
+        if gate is None:
+            return _refuse(404, "no such backend (or it has no breaker)")
         action = request.path_params["action"]
-        overrides = {
-            "force-open": Override.FORCED_OPEN,
-            "force-closed": Override.FORCED_CLOSED,
-            "release": Override.NONE,
-        }
-        if action not in overrides:
-            return JSONResponse(
-                {"message": "action must be force-open, force-closed or release"}, status_code=400
+        if action not in ACTIONS:
+            return _refuse(400, "action must be force-open, force-closed or release")
+        try:
+            seconds, operator = _override_request(
+                await request.body(),
+                action,
+                settings.override_default_seconds,
+                settings.override_max_seconds,
             )
-        breaker.force(overrides[action])
-        return JSONResponse({name: breaker.state})
+        except BadRequest as exc:
+            return _refuse(400, str(exc))
+        caller = request.client.host if request.client else "unknown"
+        previous = gate.state
+        shared = await overrides.put(
+            name, ACTIONS[action], seconds, f"{operator or 'admin'}@{caller}"
+        )
+        if gate.state != previous:
+            gateway.metrics.breaker_transition(name, previous, gate.state)
+        forced = gate.forced()
+        answer: dict[str, Any] = {
+            "backend": name,
+            "action": action,
+            "state": gate.state,
+            "machine_state": gate.machine_state,
+            "override": forced.to_json() if forced is not None else None,
+            "stored_in": "redis" if shared else "memory",
+        }
+        if stored_in == "redis" and not shared:
+            answer["message"] = (
+                "Redis unreachable: in force on this replica only; written for the fleet "
+                "when Redis answers"
+            )
+        if audit_log is not None:
+            audit_log.action(
+                caller=caller,
+                operator=operator,
+                action=f"breaker {action}",
+                subject={"backend": name},
+                result=answer,
+            )
+        return JSONResponse(answer)
 
     return [
         Route("/admin/breakers", list_breakers),
         Route("/admin/breakers/{backend}/{action}", set_breaker, methods=["POST"]),
     ]
+
+
+ACTIONS = {
+    "force-open": Override.FORCED_OPEN,
+    "force-closed": Override.FORCED_CLOSED,
+    "release": Override.NONE,
+}
+
+
+def _override_request(raw: bytes, action: str, default: int, limit: int) -> tuple[int, str | None]:
+    """(seconds, operator) from an optional JSON body ``{"seconds": N, "by": NAME}``."""
+    doc: dict[str, Any] = {}
+    if raw.strip():
+        if len(raw) > MAX_BODY:
+            raise BadRequest(f"body larger than {MAX_BODY} bytes")
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise BadRequest("body is not valid JSON") from None
+        if not isinstance(parsed, dict):
+            raise BadRequest("body must be a JSON object")
+        doc = parsed
+    unknown = sorted(set(doc) - {"seconds", "by"})
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0]!r}: the body takes seconds and by")
+    operator = _operator(doc)
+    if "seconds" not in doc:
+        return default, operator
+    if action == "release":
+        raise BadRequest("seconds: a release takes no seconds")
+    seconds = doc["seconds"]
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 < seconds <= limit:
+        raise BadRequest(
+            f"seconds: must be a whole number from 1 to {limit} (admin.override_max_seconds)"
+        )
+    return seconds, operator
+
+
+def _refuse(status: int, message: str) -> Response:
+    return JSONResponse({"message": message}, status_code=status)

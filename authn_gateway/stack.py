@@ -16,6 +16,7 @@ from backends.settings import BackendSettings
 
 from .breaker.layer import BreakerLayer
 from .breaker.machine import CallGate, FailureRate, SlowCalls
+from .breaker.override import Override
 from .bucket.gcra import TokenBucket
 from .bucket.layer import BudgetLayer
 from .cache.layer import CacheLayer
@@ -90,7 +91,23 @@ def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
         namespace=cache_namespace(s),
         evictor=ctx.evictor,
         token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
+        stale_wait=forced_closed_wait(
+            ctx.handle.breaker, s.breaker.forced_closed_stale_wait_seconds
+        ),
     )
+
+
+def forced_closed_wait(breaker: CallGate | None, seconds: float) -> Callable[[], float | None]:
+    """How long a review with a stale entry may wait for the IdP: ``seconds`` while an
+    operator forces the breaker closed (nothing else then sheds a hanging IdP), else no
+    bound of its own. (The breaker layer is built first: it sits below the cache.)"""
+
+    def wait() -> float | None:
+        if breaker is not None and breaker.override is Override.FORCED_CLOSED:
+            return seconds
+        return None
+
+    return wait
 
 
 def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
@@ -118,6 +135,7 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
         ),
     )
     ctx.metrics.set_breaker_state(name, breaker.state)
+    ctx.metrics.set_override(name, breaker.forced())
     ctx.handle.breaker = breaker
     return BreakerLayer(inner, breaker, ctx.metrics)
 

@@ -8,15 +8,15 @@ behind them are in docs/decisions.md ("Fleet mode").
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.settings import BackendSettings
 
 from .breaker.machine import Breaker, CallGate, FailureRate, SlowCalls
-from .breaker.memory import LocalProbePermits
-from .breaker.redis import BreakerSync, FleetBreaker
+from .breaker.memory import LocalProbePermits, MemoryOverrides
+from .breaker.override import Overrides, replica_view
+from .breaker.redis import BreakerSync, FleetBreaker, RedisOverrides
 from .bucket.gcra import BucketStore
 from .bucket.memory import MemoryBucketStore
 from .bucket.redis import RedisBucketStore
@@ -27,6 +27,7 @@ from .coalesce import Coalescer
 from .coalesce.memory import LocalCoalescer
 from .coalesce.redis import LeaseCoalescer
 from .config import DenyListSettings, RedisSettings
+from .fleet_size import FleetSize, share_of
 from .keys import TokenHasher
 from .metrics import Metrics
 from .redis_link import REPLICA_ID, RedisLink
@@ -77,6 +78,15 @@ class Stores(Protocol):
         """A reload changed this backend's identity: its next breaker starts closed."""
         ...
 
+    def overrides(self) -> Overrides:
+        """The operator overrides of every backend's breaker (kept across reloads)."""
+        ...
+
+    async def breaker_views(self, gates: dict[str, CallGate]) -> list[dict[str, Any]] | None:
+        """Every replica's view of its breakers (``gates``: this replica's); None when
+        the shared state does not answer."""
+        ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -88,6 +98,7 @@ class MemoryStores:
         self._buckets = MemoryBucketStore()
         # Kept by name so that a reload's new breakers carry on from the old state.
         self._gates: dict[str, tuple[object, CallGate]] = {}
+        self._overrides = MemoryOverrides()
         self._deny: DenyStore | None = None
 
     def cache_store(self) -> MemoryStore:
@@ -110,12 +121,21 @@ class MemoryStores:
         kept = self._gates.get(backend)
         if kept is not None and kept[0] == (settings.breaker, settings.concurrency):
             return kept[1]
-        gate = local_breaker(backend, settings, on_transition, failure_rate, slow_calls)
+        gate = local_breaker(
+            backend, settings, on_transition, failure_rate, slow_calls, overrides=self._overrides
+        )
         self._gates[backend] = ((settings.breaker, settings.concurrency), gate)
         return gate
 
     def forget_breaker(self, backend: str) -> None:
+        # The override is the operator's, by backend name: it stays.
         self._gates.pop(backend, None)
+
+    def overrides(self) -> MemoryOverrides:
+        return self._overrides
+
+    async def breaker_views(self, gates: dict[str, CallGate]) -> list[dict[str, Any]] | None:
+        return [replica_view(REPLICA_ID, gates, shared=False)]
 
     def deny_store(self, settings: DenyListSettings) -> DenyStore:
         # One per process, so a reload keeps even a memory-only deny list.
@@ -162,14 +182,21 @@ class RedisStores:
             write_back_per_second=settings.write_back_per_second,
             count_every_seconds=settings.count_shared_seconds,
         )
+        # While Redis is down each replica runs on 1/share of the fleet's bounds.
+        self._fleet_size = FleetSize(self.link, settings.expected_replicas, self._reshare)
+        self._fleet_size.on_change(metrics.fleet_share.set)
+        metrics.fleet_share.set(self._fleet_size.share)
+        self._local_breakers: dict[str, tuple[BackendSettings, Breaker]] = {}
         self._buckets = RedisBucketStore(
-            self.link, settings.expected_replicas, self._background.spawn
+            self.link, lambda: self._fleet_size.share, self._background.spawn
         )
+        self._overrides = RedisOverrides(self.link, self._background.spawn)
         self._breakers = BreakerSync(
             self.link,
             settings.breaker_sync_seconds,
             settings.retry_seconds,
             metrics.breaker_propagation.observe,
+            self._overrides,
         )
 
     def cache_store(self) -> TieredCacheStore:
@@ -188,6 +215,16 @@ class RedisStores:
         slow_calls: SlowCalls | None = None,
     ) -> CallGate:
         b = settings.breaker
+        # While Redis is down: this replica's share of the fleet's bounds, its own count.
+        local = local_breaker(
+            backend,
+            settings,
+            on_transition,
+            None,
+            share=self._fleet_size.share,
+            overrides=self._overrides,
+        )
+        self._local_breakers[backend] = (settings, local)
         fleet = FleetBreaker(
             backend,
             b.fail_max,
@@ -196,14 +233,12 @@ class RedisStores:
             settings.concurrency.max_limit,
             slot_ttl,
             self.link,
-            # While Redis is down: this replica's share of the ceiling, its own count.
-            local_breaker(
-                backend, settings, on_transition, None, share=self.settings.expected_replicas
-            ),
+            local,
             self._background.spawn,
             on_transition,
             failure_rate,
             slow_calls,
+            self._overrides,
         )
         self._breakers.add(fleet)
         return fleet
@@ -211,9 +246,19 @@ class RedisStores:
     def shared_blobs(self, backend: str) -> SharedBlobs | None:
         return RedisSharedBlobs(self.link, self._hasher, backend)
 
+    def _reshare(self, share: int) -> None:
+        for settings, local in self._local_breakers.values():
+            local.reshare(local_fail_max(settings, share), local_ceiling(settings, share))
+
     def forget_breaker(self, backend: str) -> None:
         # The shared state is the fleet's, not this replica's: only stop watching it.
         self._breakers.forget(backend)
+
+    def overrides(self) -> RedisOverrides:
+        return self._overrides
+
+    async def breaker_views(self, gates: dict[str, CallGate]) -> list[dict[str, Any]] | None:
+        return await self._breakers.views()
 
     def deny_store(self, settings: DenyListSettings) -> DenyStore:
         return RedisDenyStore(self.link)
@@ -227,10 +272,12 @@ class RedisStores:
 
     async def start(self) -> None:
         await self.link.start()
-        self._breakers.start()
+        await self._breakers.start()
+        self._fleet_size.start()
         self._cache.start()
 
     async def close(self) -> None:
+        self._fleet_size.stop()
         self._breakers.stop()
         await self._cache.close()
         await self.link.close()
@@ -243,12 +290,14 @@ def local_breaker(
     failure_rate: FailureRate | None,
     slow_calls: SlowCalls | None = None,
     share: int = 1,
+    overrides: Overrides | None = None,
 ) -> Breaker:
-    """An in-process breaker with ``1/share`` of the backend's in-flight ceiling."""
+    """An in-process breaker with ``1/share`` of the backend's failures to open and
+    in-flight ceiling (``share`` > 1: a fleet replica while Redis is down)."""
     b = settings.breaker
     return Breaker(
         backend,
-        b.fail_max,
+        local_fail_max(settings, share),
         b.reset_timeout_seconds,
         LocalProbePermits(b.half_open_probes),
         on_transition=on_transition,
@@ -256,6 +305,7 @@ def local_breaker(
         slow_calls=slow_calls,
         max_in_flight=local_ceiling(settings, share),
         max_hold=b.max_retry_after_seconds,
+        overrides=overrides,
     )
 
 
@@ -266,4 +316,11 @@ def local_ceiling(settings: BackendSettings, share: int) -> int | None:
     c = settings.concurrency
     if c.enabled and share == 1:
         return None
-    return max(1, math.ceil(c.max_limit / share))
+    return share_of(c.max_limit, share)
+
+
+def local_fail_max(settings: BackendSettings, share: int) -> int:
+    """Failures that open a breaker in one process: all of ``fail_max`` alone, its
+    ``1/share`` in a fleet replica without Redis (so that n replicas together open
+    after about ``fail_max``, not n times it)."""
+    return share_of(settings.breaker.fail_max, share)

@@ -84,12 +84,27 @@ class CacheSettings(Strict):
     # Negative TTLs are spread by +/- this fraction so expiries don't synchronise.
     negative_jitter: Annotated[float, Field(ge=0, le=0.5)] = 0.1
     # How long past its TTL a positive entry may be served while the IdP cannot
-    # answer. 0 disables serving stale identities.
+    # answer. 0 disables serving stale identities. Read when an entry is: a reload that
+    # raises or lowers it applies at once to every entry already cached.
     max_stale_seconds: NonNegativeFloat = 3600.0
+    # How long past its TTL an identity is kept (in process and in Redis), whatever
+    # max_stale says: the ceiling up to which max_stale_seconds can be raised later
+    # and still reach the entries cached before. Capped by the token's expiry.
+    keep_stale_seconds: NonNegativeFloat = 86400.0
     # Answer a known user's entry past its TTL (within max_stale) at once and refresh
     # it in the background, so a slow IdP adds no latency to known users. Off: a
     # revoked token then stays accepted until the refresh answers (docs/security.md).
     stale_while_revalidate: bool = False
+
+    @model_validator(mode="after")
+    def _check_stale(self) -> CacheSettings:
+        if self.max_stale_seconds > self.keep_stale_seconds:
+            raise ValueError(
+                f"max_stale_seconds: {self.max_stale_seconds:g} is above keep_stale_seconds "
+                f"({self.keep_stale_seconds:g}), how long entries are kept; raise "
+                "keep_stale_seconds too (entries cached before keep their old ceiling)"
+            )
+        return self
 
 
 class FailureRateSettings(Strict):
@@ -136,6 +151,10 @@ class BreakerSettings(Strict):
     max_retry_after_seconds: PositiveFloat = 300.0
     # Slow-call trip condition; on by default, off with `slow_calls: null`.
     slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
+    # While an operator forces the breaker closed nothing sheds a hanging IdP, so a
+    # review that has a stale entry waits at most this long before it is answered
+    # stale (the call goes on in the background and refreshes the entry).
+    forced_closed_stale_wait_seconds: PositiveFloat = 0.5
 
 
 class BucketSettings(Strict):

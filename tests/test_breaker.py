@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from authn_gateway.breaker import Breaker, FailureRate, LocalProbePermits, Override, SlowCalls
+from authn_gateway.breaker import (
+    Breaker,
+    FailureRate,
+    LocalProbePermits,
+    MemoryOverrides,
+    Override,
+    SlowCalls,
+)
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 
 DOWN = Unavailable("down")
@@ -124,6 +131,28 @@ async def test_operator_overrides() -> None:
     b.force(Override.NONE)
     assert b.state == "closed"
     assert transitions[-1] == "forced_closed->closed"
+
+
+async def test_release_returns_to_the_machines_own_state_and_overrides_expire() -> None:
+    now = [1000.0]
+    board = MemoryOverrides(clock=lambda: now[0])
+    b = Breaker("idp", 2, 60, LocalProbePermits(1), overrides=board)
+    await fail(b, 2)
+    assert b.state == "open"
+    b.force(Override.FORCED_CLOSED, seconds=30)
+    assert b.state == "forced_closed" and b.machine_state == "open"
+    first = b.forced()
+    assert first is not None and first.expires_at == 1030.0
+    now[0] += 10
+    b.force(Override.FORCED_CLOSED, seconds=30)  # renewed: the same start, a later end
+    renewed = b.forced()
+    assert renewed is not None and (renewed.since, renewed.expires_at) == (1000.0, 1040.0)
+    b.force(Override.NONE)
+    assert b.state == "open"  # not closed: the failures that opened it still count
+    assert await b.admit() is None
+    b.force(Override.FORCED_OPEN, seconds=5)
+    now[0] += 5
+    assert b.forced() is None and b.state == "open"  # expired on its own
 
 
 def test_failure_rate_needs_min_calls_and_forgets_old_calls() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from authn_gateway.cache import MemoryStore, ReviewCache
+from authn_gateway.cache import CacheEntry, MemoryStore, ReviewCache
+from authn_gateway.cache.redis import EntryCodec
 from authn_gateway.keys import TokenHasher
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 from backends.settings import CacheSettings
@@ -82,14 +84,63 @@ def test_lru_evicts_least_recently_used() -> None:
     assert store.get_now(b"a", NOW) is not None
 
 
-def test_entries_past_stale_window_are_dropped_on_read() -> None:
+def test_entries_past_their_keep_window_are_dropped_on_read() -> None:
     store = MemoryStore(10)
-    entry = policy(positive_ttl_seconds=1, max_stale_seconds=1).entry_for(ALICE, NOW)
+    cache = policy(positive_ttl_seconds=1, max_stale_seconds=1, keep_stale_seconds=5)
+    entry = cache.entry_for(ALICE, NOW)
     assert entry is not None
     store.put_now(b"k", entry)
-    assert store.get_now(b"k", NOW + 1.5) is entry
-    assert store.get_now(b"k", NOW + 2.5) is None
+    # Past max_stale it is no longer servable, but kept: a raise could still reach it.
+    assert cache.stale_limit(entry) == NOW + 2
+    assert store.get_now(b"k", NOW + 2.5) is entry
+    assert store.get_now(b"k", NOW + 6.5) is None
     assert len(store) == 0
+
+
+def test_the_stale_limit_is_the_readers_config_not_the_writers() -> None:
+    written = policy(positive_ttl_seconds=300, max_stale_seconds=60).entry_for(ALICE, NOW)
+    assert written is not None
+    assert written.keep_until == NOW + 300 + 86400  # keep_stale_seconds' default: a day
+    raised = policy(positive_ttl_seconds=300, max_stale_seconds=7200)
+    lowered = policy(positive_ttl_seconds=300, max_stale_seconds=10)
+    assert raised.stale_limit(written) == NOW + 300 + 7200
+    assert lowered.stale_limit(written) == NOW + 300 + 10
+    assert policy(max_stale_seconds=0).stale_limit(written) == written.fresh_until
+
+
+def test_a_raised_max_stale_stops_at_what_storage_kept_and_at_the_tokens_expiry() -> None:
+    kept = policy(positive_ttl_seconds=300, max_stale_seconds=60, keep_stale_seconds=600)
+    entry = kept.entry_for(ALICE, NOW)
+    assert entry is not None
+    raised = policy(positive_ttl_seconds=300, max_stale_seconds=3600)
+    assert raised.stale_limit(entry) == NOW + 300 + 600
+    expiring = Authenticated(UserInfo("alice"), expires_at=NOW + 400)
+    entry = kept.entry_for(expiring, NOW)
+    assert entry is not None
+    assert entry.kept_until == NOW + 400
+    assert raised.stale_limit(entry) == NOW + 400
+
+
+def test_an_entry_from_the_previous_version_is_kept_until_its_stale_until() -> None:
+    # The previous version's entries have no keep_until: their stale_until was their end.
+    old = CacheEntry(ALICE, NOW + 300, NOW + 300 + 3600)
+    assert old.kept_until == NOW + 300 + 3600
+    assert policy(max_stale_seconds=7200).stale_limit(old) == NOW + 300 + 3600
+    assert policy(max_stale_seconds=60).stale_limit(old) == NOW + 300 + 60
+
+
+def test_a_refusal_is_never_servable_stale() -> None:
+    cache = policy(negative_ttl_seconds=30)
+    entry = cache.entry_for(Rejected("no"), NOW)
+    assert entry is not None
+    assert entry.kept_until == entry.fresh_until
+    assert cache.stale_limit(entry) == 0.0
+
+
+def test_max_stale_above_keep_stale_is_a_config_error_naming_both() -> None:
+    with pytest.raises(ValueError, match="max_stale_seconds: 90000 is above keep_stale_seconds"):
+        CacheSettings(max_stale_seconds=90000)
+    assert CacheSettings(max_stale_seconds=90000, keep_stale_seconds=90000).max_stale_seconds
 
 
 def test_cache_keys_depend_on_backend_token_audiences_and_secret() -> None:
@@ -108,3 +159,50 @@ def test_token_id_is_a_short_hash_not_the_token(token: str) -> None:
     token_id = TokenHasher(b"s").token_id(token)
     assert len(token_id) == 12
     assert token not in token_id
+
+
+# --- the shared tier's entry format (issue 18: one added field, "l") ---------------------
+
+SIGNING = TokenHasher(b"codec-test-secret")
+KEY = b"k" * 32
+
+
+def previous_version_value(doc: dict[str, object]) -> bytes:
+    """A value as the previous version wrote it: HMAC(secret, key || payload) || payload,
+    the payload without "l"."""
+    payload = orjson.dumps(doc)
+    return SIGNING.sign(KEY + payload) + payload
+
+
+def test_an_entry_written_by_the_previous_version_is_read_and_kept_until_its_s() -> None:
+    doc = {"f": NOW + 300, "s": NOW + 3900, "t": "0123456789ab", "k": "a", "u": "alice"}
+    doc |= {"i": "1", "g": ["dev"], "x": {}, "e": None}
+    entry = EntryCodec(SIGNING).decode(KEY, previous_version_value(doc))
+    assert entry is not None
+    assert entry.outcome == Authenticated(UserInfo("alice", "1", ("dev",), {}))
+    assert (entry.fresh_until, entry.stale_until, entry.token_id) == (
+        NOW + 300,
+        NOW + 3900,
+        "0123456789ab",
+    )
+    assert entry.kept_until == NOW + 3900
+
+
+def test_a_new_entry_carries_its_keep_time_and_still_the_previous_versions_fields() -> None:
+    cache = policy(positive_ttl_seconds=300, max_stale_seconds=3600)
+    entry = cache.entry_for(ALICE, NOW, "0123456789ab")
+    assert entry is not None
+    value = EntryCodec(SIGNING).encode(KEY, entry)
+    assert EntryCodec(SIGNING).decode(KEY, value) == entry
+    doc = orjson.loads(value[32:])
+    # A replica of the previous version reads "f" and "s" (its stale limit) and
+    # ignores the rest, so during a rolling upgrade it serves exactly as before.
+    assert (doc["f"], doc["s"], doc["l"]) == (NOW + 300, NOW + 3900, NOW + 300 + 86400)
+
+
+def test_a_refusal_is_written_without_a_keep_time() -> None:
+    entry = policy().entry_for(Rejected("no"), NOW)
+    assert entry is not None
+    value = EntryCodec(SIGNING).encode(KEY, entry)
+    assert "l" not in orjson.loads(value[32:])
+    assert EntryCodec(SIGNING).decode(KEY, value) == entry

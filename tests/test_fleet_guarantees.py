@@ -154,16 +154,23 @@ async def test_a_cache_hit_never_talks_to_redis(fleet: Fleet, idp: FakeIdP) -> N
         await open_loop([gw.url], 20, len(tokens) / 20, lambda i: tokens[i % len(tokens)])
     await asyncio.sleep(0.2)
     before = command_counts(fleet)
+    started = time.monotonic()
     hits = await open_loop(fleet.urls, 50, 1.0, lambda i: tokens[i % len(tokens)])
+    elapsed = time.monotonic() - started
     after = command_counts(fleet)
     assert hits.authenticated == hits.sent == 50
-    # Only time-driven background reads ran meanwhile: the breaker poll (HMGET, once per
-    # sync period), the revocation stream's blocking read (XREAD) and the deny-list
-    # reload (HGETALL), plus this test's own connection (HELLO, CLIENT, INFO). None of
-    # them grows with the reviews: each ran fewer times than there were hits.
+    # Only time-driven background work ran meanwhile: the breaker poll (HMGET, once per
+    # sync period), the revocation stream's blocking read (XREAD), the deny-list reload
+    # (HGETALL) and the fleet-size heartbeat (one script a second per replica, and the
+    # commands inside it), plus this test's own connection (HELLO, CLIENT, INFO). None
+    # of them grows with the reviews: each ran fewer times than there were hits.
     changed = {c: after[c] - before.get(c, 0) for c in after if after[c] != before.get(c, 0)}
-    assert set(changed) <= {"hmget", "xread", "hgetall", "info", "hello", "client|setinfo"}
-    assert all(changed.get(c, 0) < hits.sent // 2 for c in ("hmget", "xread", "hgetall"))
+    heartbeat = {"evalsha", "time", "zadd", "zremrangebyscore", "pexpire", "zcard"}
+    polls = {"hmget", "xread", "hgetall"}
+    assert set(changed) <= polls | heartbeat | {"info", "hello", "client|setinfo"}
+    assert all(changed.get(c, 0) < hits.sent // 2 for c in polls)
+    beats = len(fleet.replicas) * (math.ceil(elapsed) + 2)
+    assert all(changed.get(c, 0) <= beats for c in heartbeat)
     assert "get" in before  # the shared cache tier was in use before
 
 
@@ -247,3 +254,40 @@ async def test_bucket_holds_while_redis_answers_slowly(bucket_fleet: Fleet, idp:
     # documented in docs/operations.md, and repaid when it returns.
     in_local = min(left, len(bucket_fleet.replicas))
     assert_within_bucket(idp.stats().arrivals, extra_rate=RATE * in_local / 3)
+
+
+# --- more replicas than expected_replicas, Redis down -----------------------------------
+
+
+async def test_redis_down_holds_the_outage_bound_when_the_fleet_outgrew_expected_replicas(
+    idp: FakeIdP, tmp_path: Path
+) -> None:
+    """Six replicas configured for two: each learns the fleet's size from the others'
+    heartbeats while Redis answers, so once Redis is gone the six local breakers open
+    after fail_max // 6 failures each and hold max_limit // 6 slots each, and the
+    outage costs at most fail_max + max_limit calls, not 6/2 times that."""
+    idp.reset()
+    n, fail_max, in_flight = 6, 6, 6
+    config = backend(
+        idp,
+        breaker={"fail_max": fail_max, "reset_timeout_seconds": 30.0, "half_open_probes": 1},
+        concurrency={"max_limit": in_flight, "initial_limit": in_flight},
+    )
+    with running(lambda url: fleet_config(config, url, **redis_settings(2)), n, tmp_path) as f:
+        deadline = time.monotonic() + 10
+        while f.per_replica("authn_gateway_fleet_share") != [n] * n:
+            assert time.monotonic() < deadline, f.per_replica("authn_gateway_fleet_share")
+            await asyncio.sleep(0.25)
+        f.redis.stop()
+        idp.configure(status=500)
+        offered = await open_loop(f.urls, 60, 3.0, cold("outgrown"))
+        calls = idp.calls
+        idp.configure(status=None)
+        assert f.per_replica("authn_gateway_redis_mode", mode="local") == [1] * n
+        assert f.per_replica("authn_gateway_fleet_share") == [n] * n  # kept while local
+    # With expected_replicas (2) as each replica's share, six local breakers could let
+    # 6 * (6 + 3) calls through; the bound holds instead.
+    assert calls <= fail_max + in_flight
+    assert calls >= n  # every replica met the outage: one failure each opened it
+    assert offered.errors.get("idp: circuit breaker open", 0) > offered.sent // 2
+    assert offered.authenticated == 0

@@ -222,6 +222,7 @@ def test_alert_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
         "AuthnGatewayRedisFallback",
         "AuthnGatewayNoReviews",
         "AuthnGatewayIdPSaturated",
+        "AuthnGatewayStaleLimitHalfSpent",
     }
 
 
@@ -295,6 +296,72 @@ def test_breaker_alert_fires_only_after_a_minute_open(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _override_series(
+    backend: str, pod: str, override: str, since: str, until: int
+) -> list[dict[str, str]]:
+    """One pod's override gauges, per minute: ``override`` in force from minute 1 to
+    ``until`` (since = ``since``), none before and after."""
+    minutes = 60
+    forced = " ".join("1" if 1 <= m < until else "0" for m in range(minutes))
+    none = " ".join("0" if 1 <= m < until else "1" for m in range(minutes))
+    started = " ".join(since if 1 <= m < until else "0" for m in range(minutes))
+    labels = {"backend": backend, "pod": pod}
+    return [
+        {
+            "series": _series("authn_gateway_breaker_override", {**labels, "override": override}),
+            "values": forced,
+        },
+        {
+            "series": _series("authn_gateway_breaker_override", {**labels, "override": "none"}),
+            "values": none,
+        },
+        {
+            "series": _series("authn_gateway_breaker_override_since_timestamp_seconds", labels),
+            "values": started,
+        },
+    ]
+
+
+def test_a_forced_state_older_than_30_minutes_alerts_forced_closed_included(
+    tmp_path: Path,
+) -> None:
+    alert = "AuthnGatewayBreakerOverrideForgotten"
+    # keystone forced closed at t=60s on both pods (fleet-wide) until minute 45; gw-1
+    # restarts around minute 20 (a gap in its series), which must not reset the age.
+    series = [
+        *_override_series("keystone", "gw-0", "forced_closed", "60", 45),
+        *_override_series("keystone", "gw-1", "forced_closed", "60", 45),
+        # gitlab forced open for 10 minutes only: released in time, never alerts.
+        *_override_series("gitlab", "gw-0", "forced_open", "60", 11),
+    ]
+    gw1_since = series[5]
+    values = gw1_since["values"].split()
+    gw1_since["values"] = " ".join(values[:19] + ["_"] * 3 + values[22:])
+    labels = {"backend": "keystone", "override": "forced_closed", "severity": "warning"}
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": alert, "exp_alerts": []},
+                    {"eval_time": "30m", "alertname": alert, "exp_alerts": []},
+                    {
+                        "eval_time": "32m",
+                        "alertname": alert,
+                        "exp_alerts": [
+                            {"exp_labels": labels, "exp_annotations": _annotations(alert, labels)}
+                        ],
+                    },
+                    {"eval_time": "50m", "alertname": alert, "exp_alerts": []},
+                ],
+            }
+        ],
+        interval="1m",
+    )
 
 
 def test_idp_saturated_fires_after_five_minutes_of_refusals_only(tmp_path: Path) -> None:
@@ -623,3 +690,62 @@ def test_certificate_expiry_alert_fires_at_14_days(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_stale_limit_alert_fires_at_half_of_max_stale_since_the_fleets_last_success(
+    tmp_path: Path,
+) -> None:
+    def series(name: str, values: str, **labels: str) -> dict[str, str]:
+        return {"series": _series(name, labels), "values": values}
+
+    last, limit = (
+        "authn_gateway_backend_last_success_timestamp_seconds",
+        "authn_gateway_cache_max_stale_seconds",
+    )
+    stale = "authn_gateway_stale_answers_total"
+    # Per minute. The IdP behind idp fails at 10m; gw-1 still got an answer at 20m (the
+    # fleet's last success), then nothing until it recovers at 70m. max_stale is 1 h,
+    # so half of it is spent at 50m. A quiet backend has had no answer for an hour but
+    # serves nobody stale.
+    input_series = [
+        series(last, "0+60x10 600x70", backend="idp", pod="gw-0"),
+        series(last, "0+60x20 1200x49 4200+60x10", backend="idp", pod="gw-1"),
+        series(limit, "3600x80", backend="idp", pod="gw-0"),
+        series(limit, "3600x80", backend="idp", pod="gw-1"),
+        series(stale, "0x10 0+60x70", backend="idp", pod="gw-0"),
+        series(last, "0x80", backend="quiet", pod="gw-0"),
+        series(limit, "600x80", backend="quiet", pod="gw-0"),
+        series(stale, "0x80", backend="quiet", pod="gw-0"),
+    ]
+    alert = "AuthnGatewayStaleLimitHalfSpent"
+    labels = {"backend": "idp", "severity": "critical"}
+    rule = next(r for g in rule_groups() for r in g["rules"] if r.get("alert") == alert)
+    annotations = {
+        "summary": _annotations_without_value(rule["annotations"]["summary"], labels),
+        "description": rule["annotations"]["description"].replace(
+            "{{ $value | humanizeDuration }}", "33m 0s"
+        ),
+        "runbook": rule["annotations"]["runbook"],
+    }
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": input_series,
+                "alert_rule_test": [
+                    {"eval_time": "49m", "alertname": alert, "exp_alerts": []},
+                    # Over half at 50m; pending for its 2 minutes.
+                    {"eval_time": "51m", "alertname": alert, "exp_alerts": []},
+                    {
+                        "eval_time": "53m",
+                        "alertname": alert,
+                        "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations}],
+                    },
+                    # The IdP answers again at 70m.
+                    {"eval_time": "72m", "alertname": alert, "exp_alerts": []},
+                ],
+            }
+        ],
+        interval="1m",
+    )

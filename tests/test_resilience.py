@@ -291,15 +291,22 @@ async def test_operators_can_force_a_breaker_open_and_release_it(
     assert httpx.post(f"{url}/nope/force-open", headers=admin).status_code == 404
     assert httpx.post(f"{url}/idp/explode", headers=admin).status_code == 400
 
-    assert httpx.post(f"{url}/idp/force-open", headers=admin).json() == {"idp": "forced_open"}
+    forced = httpx.post(f"{url}/idp/force-open", headers=admin).json()
+    assert forced["state"] == "forced_open" and forced["override"]["override"] == "forced_open"
     results = await storm(gw, [f"good-u{i}" for i in range(20)])
     assert all(body["status"]["error"] == "idp: circuit breaker open" for _, body, _ in results)
     assert fake_idp.calls == 0
     assert breaker_state_forced(gw) == "forced_open"
 
-    assert httpx.post(f"{url}/idp/release", headers=admin).json() == {"idp": "closed"}
+    released = httpx.post(f"{url}/idp/release", headers=admin).json()
+    assert released["state"] == "closed" and released["override"] is None
     assert gw.review("good-alice").json()["status"]["authenticated"] is True
-    assert httpx.get(url, headers=admin).json() == {"idp": "closed"}
+    listing = httpx.get(url, headers=admin).json()
+    assert listing["backends"]["idp"] == {
+        "state": "closed",
+        "machine_state": "closed",
+        "override": None,
+    }
 
 
 def breaker_state_forced(gw: GatewayProcess) -> str:

@@ -90,6 +90,22 @@ async def test_shared_cache_serves_a_fresh_process(shared: RedisStores) -> None:
         await other.close()
 
 
+async def test_redis_keeps_an_identity_until_its_keep_time_not_its_stale_limit(
+    shared: RedisStores,
+) -> None:
+    """So that a max_stale raised later (up to keep_stale_seconds) reaches it."""
+    now = time.time()
+    bob = Authenticated(UserInfo("bob"))
+    await shared.cache_store().put(
+        b"b" * 32, CacheEntry(bob, now + 60, now + 120, "0123456789ab", keep_until=now + 3600)
+    )
+    link = shared.link
+    ttl = await link.client.pttl(link.key("cache", (b"b" * 32).hex()))
+    assert 3500_000 < ttl <= 3600_000
+    index_ttl = await link.client.pttl(link.key("idx", "user", "bob"))
+    assert 3500_000 < index_ttl <= 3600_000
+
+
 async def test_bucket_allows_burst_then_refuses(state: Any) -> None:
     store: BucketStore = state.bucket_store()
     answers = [await store.take("bucket:x", 10.0, 3, 0.0) for _ in range(5)]

@@ -10,11 +10,11 @@ from .machine import (
     Admission,
     Breaker,
     FailureRate,
-    Override,
     ProbePermits,
     SlowCalls,
 )
-from .memory import LocalProbePermits, memory_storage
+from .memory import LocalProbePermits, MemoryOverrides, memory_storage
+from .override import Forced, Override, Overrides
 
 __all__ = [
     "CLOSED",
@@ -24,8 +24,11 @@ __all__ = [
     "Admission",
     "Breaker",
     "FailureRate",
+    "Forced",
     "LocalProbePermits",
+    "MemoryOverrides",
     "Override",
+    "Overrides",
     "ProbePermits",
     "SlowCalls",
     "memory_storage",

@@ -18,7 +18,6 @@ versions in :mod:`.redis`; :mod:`.layer` wraps an authenticator with a breaker.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections import deque
@@ -30,20 +29,13 @@ import pybreaker
 
 from backends.base import Outcome, Unavailable
 
-from .memory import LocalProbePermits
+from .memory import LocalProbePermits, MemoryOverrides
+from .override import Forced, Override, Overrides
 
 log = logging.getLogger(__name__)
 
 CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
 STATES = (CLOSED, OPEN, HALF_OPEN, "forced_open", "forced_closed")
-
-
-class Override(enum.Enum):
-    """Operator overrides, like resilience4j's FORCED_OPEN and DISABLED."""
-
-    NONE = "none"
-    FORCED_OPEN = "forced_open"
-    FORCED_CLOSED = "forced_closed"
 
 
 class ProbePermits(Protocol):
@@ -67,10 +59,21 @@ class CallGate(Protocol):
     :class:`authn_gateway.breaker.redis.FleetBreaker` across a fleet."""
 
     name: str
-    override: Override
+
+    @property
+    def override(self) -> Override: ...
+
+    def forced(self) -> Forced | None:
+        """The operator override in force, with its times (None when none)."""
+        ...
 
     @property
     def state(self) -> str: ...
+
+    @property
+    def machine_state(self) -> str:
+        """The state machine's own state, whatever an override says."""
+        ...
 
     def refresh(self) -> str: ...
 
@@ -87,8 +90,6 @@ class CallGate(Protocol):
     def slow_threshold(self) -> float | None: ...
 
     def hold_open(self, seconds: float) -> None: ...
-
-    def force(self, override: Override) -> None: ...
 
 
 class FailureRate:
@@ -205,6 +206,7 @@ class Breaker:
         max_hold: float = 300.0,
         slow_calls: SlowCalls | None = None,
         max_in_flight: int | None = None,
+        overrides: Overrides | None = None,
     ) -> None:
         self.name = name
         self._max_hold = max_hold
@@ -213,7 +215,8 @@ class Breaker:
         self._failure_rate = failure_rate
         self._slow_calls = slow_calls
         self._on_transition = on_transition
-        self.override = Override.NONE
+        # Kept apart from the state machine (override.py): a reload keeps the board.
+        self.overrides = overrides if overrides is not None else MemoryOverrides()
         self._cb = pybreaker.CircuitBreaker(
             fail_max=fail_max,
             reset_timeout=reset_timeout,
@@ -224,6 +227,13 @@ class Breaker:
             name=name,
             throw_new_error_on_trip=False,
         )
+
+    def reshare(self, fail_max: int, max_in_flight: int | None) -> None:
+        """Run on a new part of the fleet's bounds (a fleet replica while Redis is down,
+        when the fleet's size changed): failures to open, and slots if it has them."""
+        self._cb.fail_max = fail_max
+        if self.slots is not None and max_in_flight is not None:
+            self.slots.limit = max_in_flight
 
     def _transition(self, old: str, new: str) -> None:
         log.warning("breaker %s: %s -> %s", self.name, old, new)
@@ -236,11 +246,24 @@ class Breaker:
         if self._on_transition is not None:
             self._on_transition(self.name, old, new)
 
+    def forced(self) -> Forced | None:
+        return self.overrides.current(self.name)
+
+    @property
+    def override(self) -> Override:
+        forced = self.overrides.current(self.name)
+        return forced.override if forced is not None else Override.NONE
+
     @property
     def state(self) -> str:
         """closed, open, half-open, forced_open or forced_closed."""
-        if self.override is not Override.NONE:
-            return str(self.override.value)
+        override = self.override
+        if override is not Override.NONE:
+            return str(override.value)
+        return self.machine_state
+
+    @property
+    def machine_state(self) -> str:
         state: str = self._cb.current_state
         return state
 
@@ -276,9 +299,10 @@ class Breaker:
         return Admission(ticket.permit, slot=True)
 
     def _decide(self) -> Admission | None:
-        if self.override is Override.FORCED_OPEN:
+        override = self.override
+        if override is Override.FORCED_OPEN:
             return None
-        if self.override is Override.FORCED_CLOSED:
+        if override is Override.FORCED_CLOSED:
             return _NORMAL
         state = self.refresh()
         if state == CLOSED:
@@ -373,12 +397,12 @@ class Breaker:
             seconds=seconds - self._cb.reset_timeout
         )
 
-    def force(self, override: Override) -> None:
+    def force(self, override: Override, seconds: float = 3600.0) -> None:
+        """Set an override in this process (tests, and the board's memory version)."""
+        assert isinstance(self.overrides, MemoryOverrides)
         previous = self.state
-        self.override = override
-        if override is Override.NONE:
-            # Released: start again from closed, with a clean failure count.
-            self._cb.close()
+        self.overrides.set_now(self.name, override, seconds)
+        # Released: back to the machine's own state, which an override never changes.
         log.warning(
             "breaker %s: operator override %s (was %s)", self.name, override.value, previous
         )

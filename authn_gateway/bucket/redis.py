@@ -1,6 +1,7 @@
 """The fleet-wide token bucket: GCRA in one Lua script, on Redis' own clock.
 
-While Redis is down each replica takes R/N and B/N locally (N = ``expected_replicas``),
+While Redis is down each replica takes R/N and B/N locally (N = the fleet's share,
+:class:`authn_gateway.fleet_size.FleetSize`: ``expected_replicas`` or more),
 from an *empty* local bucket, so switching to local mode never hands out a fresh
 burst. Back in shared mode the calls made locally are charged to the shared bucket (at
 most one burst's worth), and a shared bucket that Redis lost meanwhile starts empty,
@@ -23,10 +24,10 @@ RESUME = lua_script(__package__, "resume.lua")
 
 class RedisBucketStore:
     def __init__(
-        self, link: RedisLink, replicas: int, spawn: Callable[[Awaitable[Any]], None]
+        self, link: RedisLink, share: Callable[[], int], spawn: Callable[[Awaitable[Any]], None]
     ) -> None:
         self._link = link
-        self._replicas = replicas
+        self._share = share
         self._spawn = spawn
         self._local = MemoryBucketStore()
         # Per key, during the current local period: calls taken locally.
@@ -44,7 +45,7 @@ class RedisBucketStore:
             return None if seconds < 0 else seconds
 
         def local() -> float | None:
-            n = self._replicas
+            n = self._share()
             local_interval, local_burst = interval * n, max(1, math.ceil(burst / n))
             if key not in self._spent_locally:
                 # Empty as of the switch to local mode (or now, for one late answer),

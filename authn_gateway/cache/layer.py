@@ -42,9 +42,13 @@ class CacheLayer(Layer):
         namespace: str | None = None,
         evictor: Evictor | None = None,
         token_prefix: str = "",
+        stale_wait: Callable[[], float | None] | None = None,
     ) -> None:
         super().__init__(inner)
         self.saturated = saturated
+        # Seconds a review that has a stale fallback waits for the call (None: the
+        # deadline). The shared call is not cancelled: it refreshes the entry.
+        self.stale_wait = stale_wait
         self.revalidate = revalidate
         self._refreshing: set[bytes] = set()
         self._background = Background()
@@ -87,8 +91,12 @@ class CacheLayer(Layer):
             return self._stale_or(entry, refused, asked_at)
         # Only the miss path pays for a timer. Leaving the flight early does not cancel
         # the shared call: other reviews may still be waiting for it.
+        answer_by = deadline  # the call itself keeps the full deadline
+        wait = self.stale_wait() if servable and self.stale_wait is not None else None
+        if wait is not None:
+            answer_by = min(deadline, asyncio.get_running_loop().time() + wait)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(answer_by):
                 verdict = await self.coalescer.do(
                     key,
                     lambda: self._fill(key, token, audiences, deadline, servable),
@@ -154,9 +162,9 @@ class CacheLayer(Layer):
         return Verdict(entry.outcome, self.name, cached=True) if entry is not None else None
 
     def _servable(self, known: CacheEntry | None, asked_at: float) -> bool:
-        """A positive entry within max_stale and the token's expiry, that no operator
-        evicted while this review waited: a fallback."""
-        if known is None or not known.positive or self.clock() >= known.stale_until:
+        """A positive entry within the running config's max_stale and the token's
+        expiry, that no operator evicted while this review waited: a fallback."""
+        if known is None or self.clock() >= self.cache.stale_limit(known):
             return False
         return self.evictor is None or not self.evictor.evicted_since(
             known.username, known.token_id, asked_at

@@ -27,7 +27,7 @@ class MemoryStore:
 
     A refusal never pushes out an identity, so a flood of random tokens (each one a
     refusal, or no entry at all) cannot evict a known user. A positive entry leaves
-    only when its own lifetime ends (``stale_until``), when newer identities fill
+    only when its own lifetime ends (``kept_until``), when newer identities fill
     ``max_entries``, or when the IdP refuses that same token later (the refusal
     replaces it). Expired entries are dropped when met or pushed out by size.
     """
@@ -52,7 +52,7 @@ class MemoryStore:
             entry = segment.get(key)
             if entry is None:
                 return None
-        if entry.stale_until <= now:
+        if entry.kept_until <= now:
             del segment[key]
             return None
         segment.move_to_end(key)
@@ -91,7 +91,7 @@ class MemoryStore:
         skipped."""
         for key in list(reversed(self._positive)):
             entry = self._positive.get(key)
-            if entry is not None and entry.stale_until > clock():
+            if entry is not None and entry.kept_until > clock():
                 yield key, entry
 
     async def evict_local(self, subject: Subject) -> int:

@@ -7,6 +7,13 @@ Redis (:class:`~.redis.TieredCacheStore`).
 
 Times are Unix wall-clock seconds because entries travel between processes and
 token expiries are reported by IdPs in wall-clock time.
+
+How long a known user may be served stale is decided when the entry is read, from
+its ``fresh_until`` and the *running* config's ``max_stale_seconds``
+(:meth:`ReviewCache.stale_limit`), so that a reload that raises or lowers it applies
+to every entry already cached. Storage keeps an identity for ``keep_stale_seconds``
+past its TTL (``keep_until``): the ceiling up to which ``max_stale_seconds`` can be
+raised later and still reach it.
 """
 
 from __future__ import annotations
@@ -32,10 +39,20 @@ class CacheEntry:
     outcome: Authenticated | Rejected
     # Until then the entry answers reviews on its own.
     fresh_until: float
-    # Until then it may answer when the IdP cannot (positive entries only).
+    # The stale limit under the *writer's* config. Never read for serving (the reader's
+    # config decides: ReviewCache.stale_limit); kept for replicas of the previous
+    # version, which read it from Redis as their limit during a rolling upgrade.
     stale_until: float
     # The reviewed token's log id (``TokenHasher.token_id``), so an operator can evict it.
     token_id: str | None = None
+    # Kept in storage until then (past stale_until, for a later raise of max_stale);
+    # 0 in entries written by the previous version, which are kept until stale_until.
+    keep_until: float = 0.0
+
+    @property
+    def kept_until(self) -> float:
+        """When storage may drop the entry: no config can serve it past then."""
+        return max(self.keep_until, self.stale_until)
 
     @property
     def positive(self) -> bool:
@@ -89,7 +106,13 @@ class ReviewCache:
             if limit <= now or s.positive_ttl_seconds <= 0:
                 return None
             fresh = min(now + s.positive_ttl_seconds, limit)
-            return CacheEntry(outcome, fresh, min(fresh + s.max_stale_seconds, limit), token_id)
+            return CacheEntry(
+                outcome,
+                fresh,
+                min(fresh + s.max_stale_seconds, limit),
+                token_id,
+                keep_until=min(fresh + s.keep_stale_seconds, limit),
+            )
         if isinstance(outcome, Rejected):
             if s.negative_ttl_seconds <= 0:
                 return None
@@ -98,6 +121,16 @@ class ReviewCache:
             return CacheEntry(outcome, fresh, fresh, token_id)
         # Unavailable is never cached: the next review must be free to ask again.
         return None
+
+    def stale_limit(self, entry: CacheEntry) -> float:
+        """Until when ``entry`` may answer stale, under the running config: its TTL's
+        end plus ``max_stale_seconds``, never past the token's expiry or what storage
+        keeps. 0 for a refusal (never served stale)."""
+        outcome = entry.outcome
+        if not isinstance(outcome, Authenticated):
+            return 0.0
+        limit = min(entry.fresh_until + self.settings.max_stale_seconds, entry.kept_until)
+        return limit if outcome.expires_at is None else min(limit, outcome.expires_at)
 
     def peek(self, key: bytes, now: float) -> CacheEntry | None:
         return self.store.peek(key, now)

@@ -73,6 +73,10 @@ class EntryCodec:
     def encode(self, key: bytes, entry: CacheEntry) -> bytes:
         outcome = entry.outcome
         doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until, "t": entry.token_id}
+        if entry.keep_until:
+            # Added in issue 18: how long the entry is kept. Replicas of the previous
+            # version ignore it and serve stale up to "s", as they always did.
+            doc["l"] = entry.keep_until
         if isinstance(outcome, Authenticated):
             user = outcome.user
             doc.update(
@@ -113,6 +117,8 @@ class EntryCodec:
                 float(doc["f"]),
                 float(doc["s"]),
                 token_id if isinstance(token_id, str) else None,
+                # Absent in entries from the previous version: kept until "s".
+                keep_until=float(doc.get("l", 0.0)),
             )
         except (ValueError, KeyError, TypeError):
             # Signed by us but unreadable: a newer version's format, never attacker input.
@@ -168,7 +174,7 @@ class TieredCacheStore:
         remote = await self.get_shared(key)
         if remote is None and previous is not None and self._link.shared:
             remote = await self._get_previous(key, previous(), now)
-        if remote is None or remote.stale_until <= now:
+        if remote is None or remote.kept_until <= now:
             return entry
         if entry is None or remote.fresh_until > entry.fresh_until:
             self._local.put_now(key, remote)
@@ -181,7 +187,7 @@ class TieredCacheStore:
         """The entry a replica on another secret wrote, re-written under ``key``."""
         for old_key, hasher in previous:
             found = await self._reads.do(old_key, functools.partial(self._fetch, old_key, hasher))
-            if found is None or found.stale_until <= now:
+            if found is None or found.kept_until <= now:
                 continue
             self._previous_found.inc()
             # Under the current secret, unless a replica wrote a newer answer meanwhile.
@@ -222,8 +228,9 @@ class TieredCacheStore:
         return entry
 
     def _ttl_ms(self, entry: CacheEntry, now: float) -> int:
-        """The entry's remaining lifetime in Redis (refusals: at most the budget window)."""
-        ttl_ms = int((entry.stale_until - now) * 1000)
+        """The entry's remaining lifetime in Redis (refusals: at most the budget window).
+        Kept as long as a later raise of max_stale could still serve it (kept_until)."""
+        ttl_ms = int((entry.kept_until - now) * 1000)
         if not entry.positive:
             ttl_ms = min(ttl_ms, int(NEGATIVE_WINDOW_SECONDS * 1000))
         return ttl_ms
