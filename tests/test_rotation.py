@@ -228,6 +228,38 @@ def test_a_reload_that_adds_previous_secrets_reads_the_old_entries(
     assert not metric_value(text, "authn_gateway_secret_info", key_id=key_id(OLD), role="current")
 
 
+def test_entries_name_their_secret_and_stay_readable_by_the_previous_version() -> None:
+    import hmac
+
+    import orjson
+
+    from authn_gateway.cache import CacheEntry
+    from authn_gateway.cache.redis import EntryCodec
+    from backends.base import Authenticated, UserInfo
+
+    key, now = b"k" * 32, time.time()
+    entry = CacheEntry(Authenticated(UserInfo("ann")), now + 300, now + 900)
+    new, old = TokenHasher(NEW.encode()), TokenHasher(OLD.encode())
+    rotating = TokenHasher(NEW.encode(), [OLD.encode()])
+    value = EntryCodec(new).encode(key, entry)
+    # The previous version's check: HMAC over key and payload, then the JSON.
+    signature, payload = value[:32], value[32:]
+    assert hmac.compare_digest(signature, new.sign(key + payload))
+    assert orjson.loads(payload)["v"] == new.key_id.hex()
+    # Signed with a previous secret: read by a replica that accepts it, by no other.
+    by_old = EntryCodec(old).encode(key, entry)
+    assert EntryCodec(rotating).decode(key, by_old) == entry
+    assert EntryCodec(new).decode(key, by_old) is None
+    # A key id swapped for the current one does not make the old signature pass.
+    forged = by_old.replace(old.key_id.hex().encode(), new.key_id.hex().encode())
+    assert EntryCodec(rotating).decode(key, forged) is None
+    # Written before key ids: checked against the secret whose key found it.
+    legacy_payload = orjson.dumps({k: v for k, v in orjson.loads(payload).items() if k != "v"})
+    legacy = old.sign(key + legacy_payload) + legacy_payload
+    assert EntryCodec(rotating).decode(key, legacy, found_by=rotating.previous[0]) == entry
+    assert EntryCodec(rotating).decode(key, legacy) is None
+
+
 # --- bad previous secrets: the same clear error as the secret, never the value ------------
 
 MINIMAL = """

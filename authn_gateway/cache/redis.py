@@ -11,11 +11,11 @@ refusals are written per minute, fleet-wide, each living at most a minute there,
 most twice that many are ever stored. Past the budget a refusal stays in the local tier
 only, and the flood is counted in ``authn_gateway_cache_negatives_unshared_total``.
 
-Write access to Redis must not let anyone mint an identity. Each value is sealed
-(:mod:`..sealing`): ``key id || HMAC(secret, key || payload) || payload``; binding the
-key stops an attacker from copying a valid entry under the key of a token they hold.
-Values that do not verify are ignored, counted and logged. Keys are keyed hashes;
-values carry no token.
+Write access to Redis must not let anyone mint an identity. Each value is
+``HMAC(secret, key || payload) || payload``, the payload naming the secret by its key
+id (:mod:`..sealing`); binding the key stops an attacker from copying a valid entry
+under the key of a token they hold. Values that do not verify are ignored, counted and
+logged. Keys are keyed hashes; values carry no token.
 
 Secret rotation (``previous_secrets``): keys are HMACs of the token, so a replica on
 the new secret finds nothing under its own key for an entry an old-secret replica
@@ -52,7 +52,7 @@ from ..keys import TokenHasher
 from ..metrics import Metrics
 from ..redis_link import RedisLink
 from ..revocation.subject import Subject
-from ..sealing import key_id_of, seal, unseal
+from ..sealing import document_fields, document_key_id, seal_document, unseal_document
 from .memory import MemoryStore
 from .policy import CacheEntry, PreviousKeys
 
@@ -72,7 +72,13 @@ class EntryCodec:
 
     def encode(self, key: bytes, entry: CacheEntry) -> bytes:
         outcome = entry.outcome
-        doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until, "t": entry.token_id}
+        # The key id first (sealing.py); the previous version ignores it.
+        doc: dict[str, Any] = {
+            **document_fields(self._hasher),
+            "f": entry.fresh_until,
+            "s": entry.stale_until,
+            "t": entry.token_id,
+        }
         if entry.keep_until:
             # Added in issue 18: how long the entry is kept. Replicas of the previous
             # version ignore it and serve stale up to "s", as they always did.
@@ -89,7 +95,7 @@ class EntryCodec:
             )
         else:
             doc.update(k="r", r=outcome.reason)
-        return seal(self._hasher, key, orjson.dumps(doc))
+        return seal_document(self._hasher, key, orjson.dumps(doc))
 
     def decode(
         self, key: bytes, raw: bytes, found_by: TokenHasher | None = None
@@ -98,7 +104,7 @@ class EntryCodec:
 
         ``found_by``: the (previous) secret whose key found it, which signed it if it
         predates key ids; default the current one."""
-        payload = unseal(self._hasher, key, raw, legacy=found_by)
+        payload = unseal_document(self._hasher, key, raw, legacy=found_by)
         if payload is None:
             return None
         try:
@@ -219,11 +225,11 @@ class TieredCacheStore:
         entry = self._codec.decode(key, raw, found_by)
         if entry is None:
             self._metrics.cache_tampered_entries.inc()
-            key_id = key_id_of(raw)
+            key_id = document_key_id(raw)
             log.warning(
                 "redis: ignored a cache entry that fails its signature check (key %s%s)",
                 key.hex()[:12],
-                f", signed by key id {key_id}" if key_id is not None else "",
+                f", signed by key id {key_id.hex()}" if key_id is not None else "",
             )
         return entry
 
