@@ -36,6 +36,8 @@ SECRET_ENV = "AUTHN_GATEWAY_SECRET"
 
 
 MIN_SECRET_BITS = 256
+# Each one costs a Redis read per shared-tier miss while it is set.
+MAX_PREVIOUS_SECRETS = 3
 _PLACEHOLDER = re.compile(r"replace|change.?me|example|placeholder", re.IGNORECASE)
 
 
@@ -311,6 +313,14 @@ class RedisSettings(Strict):
     expected_replicas: int = Field(default=3, ge=1)
     # Longest a replica waits for another replica's call on the same cold token.
     coalesce_wait_seconds: PositiveFloat = 3.0
+    # When Redis answers again (it may have come back empty), each replica writes its
+    # live local identities back, at most this many per second, most recently used
+    # first, never over an entry Redis holds. 500/s: 100 000 identities in 200 s, for
+    # about half the client CPU of 500 cache writes a second (docs/decisions.md).
+    write_back_per_second: int = Field(default=500, ge=1, le=100_000)
+    # How often each replica counts the identities in Redis
+    # (authn_gateway_shared_cache_identities).
+    count_shared_seconds: PositiveFloat = 15.0
 
     @model_validator(mode="after")
     def _one_target(self) -> RedisSettings:
@@ -336,6 +346,9 @@ class RedisSettings(Strict):
 class GatewayConfig(Strict):
     # HMAC key for cache keys and token hash prefixes. Random per process when unset.
     secret: Secret | None = None
+    # Secrets being rotated: accepted when reading shared entries, never written with
+    # (docs/operations.md, "Rotate the gateway secret").
+    previous_secrets: list[Secret] = Field(default_factory=list, max_length=MAX_PREVIOUS_SECRETS)
     server: ServerSettings = Field(default_factory=ServerSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     # Audiences this gateway's tokens are valid for (a backend may override).
@@ -353,6 +366,19 @@ class GatewayConfig(Strict):
     # Fleet mode; in-memory state per process when unset.
     redis: RedisSettings | None = None
     backends: list[BackendConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _previous_secrets_are_secrets(self) -> GatewayConfig:
+        if not self.previous_secrets:
+            return self
+        if self.secret is None and not os.environ.get(SECRET_ENV):
+            raise ValueError(f"previous_secrets: needs secret (or {SECRET_ENV}) to be set")
+        for i, previous in enumerate(self.previous_secrets):
+            # As strong as the secret itself: each one can sign an entry that is read.
+            weakness = secret_weakness(previous.get_secret_value())
+            if weakness:
+                raise ValueError(f"previous_secrets[{i}]: {weakness}")
+        return self
 
     @model_validator(mode="after")
     def _fleet_needs_a_shared_secret(self) -> GatewayConfig:

@@ -36,6 +36,10 @@ def gateway_secret(config: GatewayConfig) -> bytes | None:
     return from_env.encode() if from_env else None
 
 
+def previous_secrets(config: GatewayConfig) -> list[bytes]:
+    return [s.get_secret_value().encode() for s in config.previous_secrets]
+
+
 def build_backends(
     config: GatewayConfig, source: str, budgets: Sequence[CallBudget] | None = None
 ) -> list[Backend]:
@@ -56,6 +60,7 @@ def _can_carry(previous: Gateway | None, config: GatewayConfig) -> bool:
     old = previous.config
     return (
         gateway_secret(old) == gateway_secret(config)
+        and previous_secrets(old) == previous_secrets(config)
         and old.redis == config.redis
         and old.cache.max_entries == config.cache.max_entries
     )
@@ -99,12 +104,12 @@ class Gateway:
             # A reload: same state stores and keys, so known users stay known (carryover.py).
             self.hasher, self.stores = previous.hasher, previous.stores
         else:
-            self.hasher = TokenHasher(gateway_secret(config))
+            self.hasher = TokenHasher(gateway_secret(config), previous_secrets(config))
             self.stores = stores or self._stores_for(config)
             if previous is not None:
                 log.warning(
-                    "config reload: secret, redis or cache.max_entries changed; "
-                    "the in-process cache, breakers and buckets start empty"
+                    "config reload: secret, previous_secrets, redis or cache.max_entries "
+                    "changed; the in-process cache, breakers and buckets start empty"
                 )
                 # An operator's override is not state to lose: it expires on its own.
                 overrides = self.stores.overrides()
@@ -202,6 +207,7 @@ class Gateway:
                 "change on restart; set %s or 'secret:' to keep them)",
                 SECRET_ENV,
             )
+        self._export_key_ids()
         if self._carried_from is None:
             await self.stores.start()  # carried stores are running already
         await self.revocations.start()
@@ -220,6 +226,17 @@ class Gateway:
                 cache = self.config.cache_for(settings)
                 self.metrics.set_max_stale(settings.name, cache.max_stale_seconds)
         self.ready = True
+
+    def _export_key_ids(self) -> None:
+        """authn_gateway_secret_info: which secret this replica writes with and which it
+        still reads; two current key ids in one fleet are two caches (an alert)."""
+        info = self.metrics.secret_info
+        info.clear()
+        if self.hasher.secret_is_random:
+            return  # per process, shared with nobody: nothing to compare
+        info.labels(self.hasher.key_id.hex(), "current").set(1)
+        for previous in self.hasher.previous:
+            info.labels(previous.key_id.hex(), "previous").set(1)
 
     def abandon(self) -> None:
         """A reload that failed after building this gateway: the stores go back."""

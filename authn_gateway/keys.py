@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Sequence
 from hashlib import blake2b, sha256
+
+#: Bytes of a secret's key id (:attr:`TokenHasher.key_id`).
+KEY_ID_BYTES = 8
 
 
 class TokenHasher:
@@ -15,12 +19,22 @@ class TokenHasher:
     and entry signatures agree.
     """
 
-    def __init__(self, secret: bytes | None) -> None:
+    def __init__(self, secret: bytes | None, previous: Sequence[bytes] = ()) -> None:
         self.secret_is_random = secret is None
         self._secret = secret if secret is not None else secrets.token_bytes(32)
         self._base = hmac.new(self._secret, digestmod=sha256)
         # A separate key for log ids, derived from the secret (BLAKE2b keys are <= 64 bytes).
         self._log_key = hmac.new(self._secret, b"log-id", sha256).digest()
+        # Names the secret in signed values and metrics without revealing it.
+        self.key_id = hmac.new(self._secret, b"key-id", sha256).digest()[:KEY_ID_BYTES]
+        # Secrets being rotated (previous_secrets): read with, never written with.
+        kept: dict[bytes, TokenHasher] = {}
+        for old in previous:
+            if old != self._secret:
+                hasher = TokenHasher(old)
+                kept.setdefault(hasher.key_id, hasher)
+        self.previous: tuple[TokenHasher, ...] = tuple(kept.values())
+        self._by_key_id = {self.key_id: self, **kept}
 
     @property
     def secret(self) -> bytes:
@@ -47,3 +61,14 @@ class TokenHasher:
         h = self._base.copy()
         h.update(b"entry\0" + payload)
         return h.digest()
+
+    def signer(self, key_id: bytes) -> TokenHasher | None:
+        """The current or a previous secret's hasher with this key id; None if unknown."""
+        return self._by_key_id.get(key_id)
+
+    def previous_cache_keys(
+        self, backend: str, token: str, audiences: tuple[str, ...]
+    ) -> list[tuple[bytes, TokenHasher]]:
+        """The keys the previous secrets give this answer, each with its hasher: where a
+        replica still on (or already past) another secret keeps it during a rotation."""
+        return [(h.cache_key(backend, token, audiences), h) for h in self.previous]

@@ -229,6 +229,36 @@ class Metrics:
             "Shared-cache entries ignored because their signature did not verify.",
             registry=r,
         )
+        # Secret rotation (docs/operations.md, "Rotate the gateway secret").
+        self.secret_info = Gauge(
+            f"{PREFIX}_secret_info",
+            "Key ids (non-secret fingerprints) of the gateway secret in use (role=current) "
+            "and of previous_secrets still accepted when reading (role=previous). More than "
+            "one current key id in a fleet: its replicas do not share a cache.",
+            ["key_id", "role"],
+            registry=r,
+        )
+        self.cache_previous_key_lookups = Counter(
+            f"{PREFIX}_cache_previous_key_lookups",
+            "Shared-tier misses looked up again under a previous secret's key, by result "
+            "(found: answered and re-written under the current key; missing).",
+            ["result"],
+            registry=r,
+        )
+        # Write-back after Redis comes back (it may have come back empty).
+        self.cache_written_back = Counter(
+            f"{PREFIX}_cache_written_back",
+            "Live local identities written back to Redis when sharing resumed, by result "
+            "(written; kept: Redis already held an entry for that key).",
+            ["result"],
+            registry=r,
+        )
+        self.shared_cache_identities = Gauge(
+            f"{PREFIX}_shared_cache_identities",
+            "Identities (positive entries) in the shared Redis cache under this gateway's "
+            "key prefix, as counted by its index: written and not yet expired or evicted.",
+            registry=r,
+        )
         self.concurrency_limit = Gauge(
             f"{PREFIX}_concurrency_limit",
             "Adaptive limit on calls in flight to the identity provider.",

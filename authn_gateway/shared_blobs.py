@@ -1,21 +1,20 @@
 """Backends' fleet-shared values (:class:`backends.shared.SharedBlobs`) in Redis.
 
-Each value is stored as ``signature + payload`` under the backend's own key space,
-signed with the gateway secret like cache entries, so a value written by anything
-but a replica reads as missing. Redis trouble never fails a caller: reads give
+Each value is sealed (:mod:`.sealing`: key id, signature, payload) under the backend's
+own key space, signed with the gateway secret like cache entries, so a value written by
+anything but a replica reads as missing; during a secret rotation a value signed with
+one of ``previous_secrets`` still reads. Redis trouble never fails a caller: reads give
 None, claims give True (each replica then acts alone, as without Redis).
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 from typing import Any
 
 from .keys import TokenHasher
 from .redis_link import RedisDown, RedisLink
-
-SIGNATURE_BYTES = 32
+from .sealing import seal, unseal
 
 
 class RedisSharedBlobs:
@@ -29,9 +28,9 @@ class RedisSharedBlobs:
     def _key(self, name: str) -> str:
         return self._link.key("shared", self._backend, name)
 
-    def _signed(self, name: str, payload: bytes) -> bytes:
+    def _context(self, name: str) -> bytes:
         # The name is signed too: a value cannot be moved to another key or backend.
-        return self._hasher.sign(f"{self._backend}\0{name}\0".encode() + payload)
+        return f"{self._backend}\0{name}\0".encode()
 
     async def get(self, name: str) -> bytes | None:
         key = self._key(name)
@@ -44,15 +43,12 @@ class RedisSharedBlobs:
             raw = await self._link.run("shared_get", read)
         except RedisDown:
             return None
-        if raw is None or len(raw) < SIGNATURE_BYTES:
+        if raw is None:
             return None
-        signature, payload = raw[:SIGNATURE_BYTES], raw[SIGNATURE_BYTES:]
-        if not hmac.compare_digest(signature, self._signed(name, payload)):
-            return None
-        return payload
+        return unseal(self._hasher, self._context(name), raw)
 
     async def put(self, name: str, value: bytes, ttl_seconds: float) -> None:
-        key, blob = self._key(name), self._signed(name, value) + value
+        key, blob = self._key(name), seal(self._hasher, self._context(name), value)
         ttl_ms = max(1, int(ttl_seconds * 1000))
         await self._link.best_effort("shared_put", lambda r: r.set(key, blob, px=ttl_ms))
 

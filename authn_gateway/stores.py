@@ -179,6 +179,8 @@ class RedisStores:
             EntryCodec(hasher),
             metrics,
             max_negative_entries=max_negative_entries,
+            write_back_per_second=settings.write_back_per_second,
+            count_every_seconds=settings.count_shared_seconds,
         )
         # While Redis is down each replica runs on 1/share of the fleet's bounds.
         self._fleet_size = FleetSize(self.link, settings.expected_replicas, self._reshare)
@@ -272,10 +274,12 @@ class RedisStores:
         await self.link.start()
         await self._breakers.start()
         self._fleet_size.start()
+        self._cache.start()
 
     async def close(self) -> None:
         self._fleet_size.stop()
         self._breakers.stop()
+        await self._cache.close()
         await self.link.close()
 
 

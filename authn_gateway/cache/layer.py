@@ -24,7 +24,7 @@ from ..limit.layer import HAS_FALLBACK
 from ..metrics import Metrics
 from ..revocation.eviction import Evictor
 from ..tasks import Background
-from .policy import CacheEntry, ReviewCache
+from .policy import CacheEntry, PreviousKeys, ReviewCache
 
 
 class CacheLayer(Layer):
@@ -73,7 +73,7 @@ class CacheLayer(Layer):
         now = self.clock()
         entry = self.cache.peek(key, now)
         if entry is None or now >= entry.fresh_until:
-            entry = await self.cache.get(key)  # the shared tier, with Redis
+            entry = await self.cache.get(key, self._previous_keys(token, audiences))
         if entry is not None and now < entry.fresh_until:
             (self._hit if entry.positive else self._negative_hit).inc()
             return Verdict(entry.outcome, self.name, cached=True)
@@ -107,6 +107,13 @@ class CacheLayer(Layer):
         if isinstance(verdict.outcome, Unavailable):
             return self._stale_or(entry, verdict, asked_at)
         return verdict
+
+    def _previous_keys(self, token: str, audiences: tuple[str, ...]) -> PreviousKeys | None:
+        """Where replicas on a previous secret keep this answer (only while rotating)."""
+        hasher = self.hasher
+        if not hasher.previous:
+            return None
+        return lambda: hasher.previous_cache_keys(self.namespace, token, audiences)
 
     def _stale_first(self, key: bytes) -> bool:
         if self.revalidate or key in self._refreshing:

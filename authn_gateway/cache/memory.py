@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from backends.base import Authenticated
 
 from ..revocation.subject import Subject
-from .policy import CacheEntry
+from .policy import CacheEntry, PreviousKeys
 
 # Entries examined between two yields to the event loop during an eviction.
 EVICTION_SLICE = 5000
@@ -72,8 +72,8 @@ class MemoryStore:
     def peek(self, key: bytes, now: float) -> CacheEntry | None:
         return self.get_now(key, now)
 
-    async def get(self, key: bytes) -> CacheEntry | None:
-        return self.get_now(key, self._clock())
+    async def get(self, key: bytes, previous: PreviousKeys | None = None) -> CacheEntry | None:
+        return self.get_now(key, self._clock())  # one process, one secret: no previous keys
 
     async def put(self, key: bytes, entry: CacheEntry) -> None:
         self.put_now(key, entry)
@@ -83,6 +83,16 @@ class MemoryStore:
 
     async def recheck(self, key: bytes) -> CacheEntry | None:
         return None  # no other process writes here
+
+    def live_identities(self, clock: Callable[[], float]) -> Iterator[tuple[bytes, CacheEntry]]:
+        """Identities within their lifetime, most recently used first, without touching
+        the LRU order. Walks a snapshot of the keys (one list, ~1 ms per 100 000), so the
+        caller may await between items; entries gone by the time they are reached are
+        skipped."""
+        for key in list(reversed(self._positive)):
+            entry = self._positive.get(key)
+            if entry is not None and entry.kept_until > clock():
+                yield key, entry
 
     async def evict_local(self, subject: Subject) -> int:
         """Drop every entry about ``subject``: a scan, in slices with the event loop let

@@ -19,13 +19,19 @@ raised later and still reach it.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from backends.base import Authenticated, Outcome, Rejected
 from backends.settings import CacheSettings
 
+from ..keys import TokenHasher
 from ..revocation.subject import Subject
+
+#: The keys previous secrets give a review, with their hashers (secret rotation),
+#: computed only when the shared tier misses under the current key.
+PreviousKeys = Callable[[], list[tuple[bytes, TokenHasher]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +69,8 @@ class CacheStore(Protocol):
         """The in-process tier only, without awaiting: the cache-hit fast path."""
         ...
 
-    async def get(self, key: bytes) -> CacheEntry | None:
-        """Every tier (Redis after a local miss)."""
+    async def get(self, key: bytes, previous: PreviousKeys | None = None) -> CacheEntry | None:
+        """Every tier (Redis after a local miss; then under ``previous`` keys)."""
         ...
 
     async def put(self, key: bytes, entry: CacheEntry) -> None: ...
@@ -129,8 +135,8 @@ class ReviewCache:
     def peek(self, key: bytes, now: float) -> CacheEntry | None:
         return self.store.peek(key, now)
 
-    async def get(self, key: bytes) -> CacheEntry | None:
-        return await self.store.get(key)
+    async def get(self, key: bytes, previous: PreviousKeys | None = None) -> CacheEntry | None:
+        return await self.store.get(key, previous)
 
     async def recheck(self, key: bytes) -> CacheEntry | None:
         return await self.store.recheck(key)

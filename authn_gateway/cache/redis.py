@@ -12,17 +12,35 @@ most twice that many are ever stored. Past the budget a refusal stays in the loc
 only, and the flood is counted in ``authn_gateway_cache_negatives_unshared_total``.
 
 Write access to Redis must not let anyone mint an identity. Each value is
-``HMAC(secret, key || payload) || payload``; binding the key stops an attacker
-from copying a valid entry under the key of a token they hold. Values that do not
-verify are ignored, counted and logged. Keys are keyed hashes; values carry no token.
+``HMAC(secret, key || payload) || payload``, the payload naming the secret by its key
+id (:mod:`..sealing`); binding the key stops an attacker from copying a valid entry
+under the key of a token they hold. Values that do not verify are ignored, counted and
+logged. Keys are keyed hashes; values carry no token.
+
+Secret rotation (``previous_secrets``): keys are HMACs of the token, so a replica on
+the new secret finds nothing under its own key for an entry an old-secret replica
+wrote. Only then (a shared-tier miss, and only while ``previous_secrets`` is set) it
+looks under each previous secret's key; an entry found there answers and is written
+again under the current key, so each known user costs that extra read once.
+
+Redis may come back empty (FLUSHALL, a memory-only restart). When sharing resumes, each
+replica writes its live local identities back (:meth:`TieredCacheStore.write_back`):
+``redis.write_back_per_second`` at most, most recently used first, with their remaining
+lifetimes, and never over an entry Redis already holds (SET NX). The identities in
+Redis are counted through a sorted set of their keys scored by expiry
+(``authn_gateway_shared_cache_identities``; docs/decisions.md).
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
+import contextlib
+import functools
+import itertools
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -34,14 +52,18 @@ from ..keys import TokenHasher
 from ..metrics import Metrics
 from ..redis_link import RedisLink
 from ..revocation.subject import Subject
+from ..sealing import document_fields, document_key_id, seal_document, unseal_document
 from .memory import MemoryStore
-from .policy import CacheEntry
+from .policy import CacheEntry, PreviousKeys
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_BYTES = 32
 # Refusals live at most this long in Redis, and their write budget renews this often.
 NEGATIVE_WINDOW_SECONDS = 60.0
+# Write-back batches per second (each one pipeline): rate / this entries in each, at
+# most WRITE_BACK_MAX_BATCH (~8 commands each), well within a Redis call's deadline.
+WRITE_BACK_BATCHES_PER_SECOND = 10
+WRITE_BACK_MAX_BATCH = 200
 
 
 class EntryCodec:
@@ -50,7 +72,13 @@ class EntryCodec:
 
     def encode(self, key: bytes, entry: CacheEntry) -> bytes:
         outcome = entry.outcome
-        doc: dict[str, Any] = {"f": entry.fresh_until, "s": entry.stale_until, "t": entry.token_id}
+        # The key id first (sealing.py); the previous version ignores it.
+        doc: dict[str, Any] = {
+            **document_fields(self._hasher),
+            "f": entry.fresh_until,
+            "s": entry.stale_until,
+            "t": entry.token_id,
+        }
         if entry.keep_until:
             # Added in issue 18: how long the entry is kept. Replicas of the previous
             # version ignore it and serve stale up to "s", as they always did.
@@ -67,15 +95,17 @@ class EntryCodec:
             )
         else:
             doc.update(k="r", r=outcome.reason)
-        payload = orjson.dumps(doc)
-        return self._hasher.sign(key + payload) + payload
+        return seal_document(self._hasher, key, orjson.dumps(doc))
 
-    def decode(self, key: bytes, raw: bytes) -> CacheEntry | None:
-        """The entry, or None when the value is unsigned, tampered or malformed."""
-        signature, payload = raw[:SIGNATURE_BYTES], raw[SIGNATURE_BYTES:]
-        if len(signature) != SIGNATURE_BYTES or not hmac.compare_digest(
-            signature, self._hasher.sign(key + payload)
-        ):
+    def decode(
+        self, key: bytes, raw: bytes, found_by: TokenHasher | None = None
+    ) -> CacheEntry | None:
+        """The entry, or None when the value is unsigned, tampered or malformed.
+
+        ``found_by``: the (previous) secret whose key found it, which signed it if it
+        predates key ids; default the current one."""
+        payload = unseal_document(self._hasher, key, raw, legacy=found_by)
+        if payload is None:
             return None
         try:
             doc = orjson.loads(payload)
@@ -110,6 +140,8 @@ class TieredCacheStore:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
         max_negative_entries: int = 50_000,
+        write_back_per_second: int = 500,
+        count_every_seconds: float = 15.0,
     ) -> None:
         self._local = local
         self._max_negative = max_negative_entries
@@ -118,6 +150,18 @@ class TieredCacheStore:
         self._metrics = metrics
         self._clock = clock
         self._reads: SingleFlight[CacheEntry | None] = SingleFlight()
+        self._write_back_rate = write_back_per_second
+        self._count_every = count_every_seconds
+        self._live = link.key("cache-live")
+        # Set once in an empty Redis; see count_shared.
+        self._epoch_key = link.key("cache-epoch")
+        self._epoch: bytes | None = None
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._previous_found = metrics.cache_previous_key_lookups.labels("found")
+        self._previous_missing = metrics.cache_previous_key_lookups.labels("missing")
+        self._written_back = metrics.cache_written_back.labels("written")
+        self._kept = metrics.cache_written_back.labels("kept")
+        link.on_resume(self._resumed)
 
     def __len__(self) -> int:
         return len(self._local)
@@ -128,18 +172,36 @@ class TieredCacheStore:
     def peek(self, key: bytes, now: float) -> CacheEntry | None:
         return self._local.get_now(key, now)
 
-    async def get(self, key: bytes) -> CacheEntry | None:
+    async def get(self, key: bytes, previous: PreviousKeys | None = None) -> CacheEntry | None:
         now = self._clock()
         entry = self._local.get_now(key, now)
         if entry is not None and now < entry.fresh_until:
             return entry
         remote = await self.get_shared(key)
+        if remote is None and previous is not None and self._link.shared:
+            remote = await self._get_previous(key, previous(), now)
         if remote is None or remote.kept_until <= now:
             return entry
         if entry is None or remote.fresh_until > entry.fresh_until:
             self._local.put_now(key, remote)
             return remote
         return entry
+
+    async def _get_previous(
+        self, key: bytes, previous: list[tuple[bytes, TokenHasher]], now: float
+    ) -> CacheEntry | None:
+        """The entry a replica on another secret wrote, re-written under ``key``."""
+        for old_key, hasher in previous:
+            found = await self._reads.do(old_key, functools.partial(self._fetch, old_key, hasher))
+            if found is None or found.kept_until <= now:
+                continue
+            self._previous_found.inc()
+            # Under the current secret, unless a replica wrote a newer answer meanwhile.
+            rewrite = functools.partial(self._write, items=[(key, found)], now=now, nx=True)
+            await self._link.best_effort("cache_rotate", rewrite)
+            return found
+        self._previous_missing.inc()
+        return None
 
     async def recheck(self, key: bytes) -> CacheEntry | None:
         entry = await self.get_shared(key)
@@ -155,49 +217,82 @@ class TieredCacheStore:
         # A burst of reviews of one cold token makes one Redis read, not one each.
         return await self._reads.do(key, lambda: self._fetch(key))
 
-    async def _fetch(self, key: bytes) -> CacheEntry | None:
+    async def _fetch(self, key: bytes, found_by: TokenHasher | None = None) -> CacheEntry | None:
         redis_key = self._redis_key(key)
         raw = await self._link.either("cache_get", lambda r: r.get(redis_key), lambda: None)
         if raw is None:
             return None
-        entry = self._codec.decode(key, raw)
+        entry = self._codec.decode(key, raw, found_by)
         if entry is None:
             self._metrics.cache_tampered_entries.inc()
+            key_id = document_key_id(raw)
             log.warning(
-                "redis: ignored a cache entry that fails its signature check (key %s)",
+                "redis: ignored a cache entry that fails its signature check (key %s%s)",
                 key.hex()[:12],
+                f", signed by key id {key_id.hex()}" if key_id is not None else "",
             )
         return entry
+
+    def _ttl_ms(self, entry: CacheEntry, now: float) -> int:
+        """The entry's remaining lifetime in Redis (refusals: at most the budget window).
+        Kept as long as a later raise of max_stale could still serve it (kept_until)."""
+        ttl_ms = int((entry.kept_until - now) * 1000)
+        if not entry.positive:
+            ttl_ms = min(ttl_ms, int(NEGATIVE_WINDOW_SECONDS * 1000))
+        return ttl_ms
 
     async def put(self, key: bytes, entry: CacheEntry) -> None:
         self._local.put_now(key, entry)
         now = self._clock()
-        # Kept as long as a later raise of max_stale could still serve it (kept_until).
-        ttl_ms = int((entry.kept_until - now) * 1000)
-        if ttl_ms <= 0 or not self._link.shared:
+        if self._ttl_ms(entry, now) <= 0 or not self._link.shared:
             return
-        if not entry.positive:
-            ttl_ms = min(ttl_ms, int(NEGATIVE_WINDOW_SECONDS * 1000))
-            if not await self._negative_budget(now):
-                self._metrics.cache_negatives_unshared.inc()
-                return
-        value = self._codec.encode(key, entry)
-        redis_key = self._redis_key(key)
-        indexes = self._indexes(entry)
+        if not entry.positive and not await self._negative_budget(now):
+            self._metrics.cache_negatives_unshared.inc()
+            return
+        # If Redis is down the local tier has it; other replicas ask the IdP themselves.
+        await self._link.best_effort(
+            "cache_set", lambda r: self._write(r, [(key, entry)], now, nx=False)
+        )
 
-        async def write(r: Any) -> Any:
-            # One round trip; not a transaction (keys in a Redis Cluster live on many nodes).
+    async def _write(
+        self, r: Any, items: list[tuple[bytes, CacheEntry]], now: float, nx: bool
+    ) -> list[bool]:
+        """Write ``items`` with their indexes; which ones were written. One round trip, or
+        two with ``nx`` (indexes only for the entries written). Not a transaction, nor a
+        script: keys in a Redis Cluster live on many nodes."""
+        live = [(k, e, self._ttl_ms(e, now)) for k, e in items]
+        live = [(k, e, ttl) for k, e, ttl in live if ttl > 0]
+        if nx:
             pipe = r.pipeline(transaction=False)
-            pipe.set(redis_key, value, px=ttl_ms)
-            for index in indexes:
+            for key, entry, ttl_ms in live:
+                pipe.set(self._redis_key(key), self._codec.encode(key, entry), px=ttl_ms, nx=True)
+            written = [bool(done) for done in await pipe.execute()]
+            to_index = [item for item, done in zip(live, written, strict=True) if done]
+            if to_index:
+                pipe = r.pipeline(transaction=False)
+                self._index(pipe, to_index, now)
+                await pipe.execute()
+            return written
+        pipe = r.pipeline(transaction=False)
+        for key, entry, ttl_ms in live:
+            pipe.set(self._redis_key(key), self._codec.encode(key, entry), px=ttl_ms)
+        self._index(pipe, live, now)
+        await pipe.execute()
+        return [True] * len(live)
+
+    def _index(self, pipe: Any, items: Iterable[tuple[bytes, CacheEntry, int]], now: float) -> None:
+        for key, entry, ttl_ms in items:
+            redis_key = self._redis_key(key)
+            for index in self._indexes(entry):
                 pipe.sadd(index, redis_key)
                 # NX sets a TTL on a new set; GT lengthens it for a longer-lived entry.
                 pipe.pexpire(index, ttl_ms, nx=True)
                 pipe.pexpire(index, ttl_ms, gt=True)
-            return await pipe.execute()
-
-        # If Redis is down the local tier has it; other replicas ask the IdP themselves.
-        await self._link.best_effort("cache_set", write)
+            if entry.positive:
+                # Scored by expiry, so that counting can drop the expired (count_shared).
+                pipe.zadd(self._live, {key: int(now * 1000) + ttl_ms})
+                pipe.pexpire(self._live, ttl_ms, nx=True)
+                pipe.pexpire(self._live, ttl_ms, gt=True)
 
     async def _negative_budget(self, now: float) -> bool:
         """Whether one more refusal may go to Redis in this window (fleet-wide count)."""
@@ -213,6 +308,101 @@ class TieredCacheStore:
 
         count = await self._link.best_effort("cache_negative_budget", take)
         return count is not None and count <= self._max_negative
+
+    # ---- Redis came back: write back what this replica knows; count what Redis holds ----
+
+    def _resumed(self) -> None:
+        # Whatever Redis lost while it was away (maybe everything) is written back.
+        self._spawn("write_back", self.write_back())
+
+    def _spawn(self, name: str, coro: Any) -> None:
+        running = self._tasks.get(name)
+        if running is not None:
+            running.cancel()  # a write-back from an earlier episode: start over
+        self._tasks[name] = asyncio.get_running_loop().create_task(coro)
+
+    async def write_back(self) -> int:
+        """Write this replica's live local identities to Redis, where none is stored under
+        their keys; stops when Redis fails again. The number written."""
+        rate = self._write_back_rate
+        batch = min(WRITE_BACK_MAX_BATCH, max(1, rate // WRITE_BACK_BATCHES_PER_SECOND))
+        identities = self._local.live_identities(self._clock)
+        written = kept = 0
+        while chunk := list(itertools.islice(identities, batch)):
+            write = functools.partial(self._write, items=chunk, now=self._clock(), nx=True)
+            done = await self._link.best_effort("cache_write_back", write)
+            if done is None:
+                log.warning(
+                    "redis: failed again during the write-back of local identities "
+                    "(%d written); the rest stay local until it answers",
+                    written,
+                )
+                return written
+            added = sum(done)
+            written, kept = written + added, kept + len(chunk) - added
+            self._written_back.inc(added)
+            self._kept.inc(len(chunk) - added)
+            await asyncio.sleep(len(chunk) / rate)
+        log.info(
+            "redis: sharing resumed; wrote back %d live local identities "
+            "(%d were in Redis already)",
+            written,
+            kept,
+        )
+        await self.count_shared(notice_emptied=False)
+        return written
+
+    async def count_shared(self, notice_emptied: bool = True) -> int | None:
+        """Identities in Redis under this prefix (expired ones dropped from the count
+        first), exported as a gauge; None while Redis is down.
+
+        Also notices a Redis that lost its data without this replica seeing an error
+        (FLUSHALL, or a restart between two calls): a marker key with a random value,
+        set once, that only goes when everything goes. A new value: write back."""
+        now_ms = int(self._clock() * 1000)
+        epoch = os.urandom(8).hex().encode()
+
+        async def count(r: Any) -> tuple[int, bytes | None]:
+            pipe = r.pipeline(transaction=False)
+            pipe.zremrangebyscore(self._live, "-inf", now_ms)
+            pipe.zcard(self._live)
+            pipe.set(self._epoch_key, epoch, nx=True)
+            pipe.get(self._epoch_key)
+            _, n, _, seen = await pipe.execute()
+            return int(n), seen
+
+        counted = await self._link.best_effort("cache_count", count)
+        if counted is None:
+            return None
+        n, seen = counted
+        self._metrics.shared_cache_identities.set(n)
+        if notice_emptied and self._epoch is not None and seen != self._epoch:
+            running = self._tasks.get("write_back")
+            if running is None or running.done():
+                log.warning(
+                    "redis: the shared cache was emptied (FLUSHALL, or a restart without "
+                    "persistence); writing back live local identities"
+                )
+                self._spawn("write_back", self.write_back())
+        self._epoch = seen
+        return n
+
+    async def _count_forever(self) -> None:
+        while True:
+            await self.count_shared()
+            await asyncio.sleep(self._count_every)
+
+    def start(self) -> None:
+        self._spawn("count", self._count_forever())
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    # ---- evictions ----
 
     def _index_key(self, subject: Subject) -> str:
         return self._link.key("idx", subject.kind, subject.value)
@@ -234,14 +424,26 @@ class TieredCacheStore:
     async def evict_shared(self, subject: Subject) -> int | None:
         """Delete every shared entry about ``subject`` (found through its index set)."""
         index = self._index_key(subject)
+        prefix = self._link.key("cache", "").encode()
 
         async def evict(r: Any) -> int | None:
-            members = await r.smembers(index)
+            members = list(await r.smembers(index))
             pipe = r.pipeline(transaction=False)
             for member in members:
                 pipe.delete(member)
             pipe.delete(index)
+            counted = [k for m in members if (k := _cache_key_of(m, prefix)) is not None]
+            if counted:
+                pipe.zrem(self._live, *counted)
             results = await pipe.execute()
-            return int(sum(results[:-1]))
+            return int(sum(results[: len(members)]))
 
         return await self._link.either("cache_evict", evict, lambda: None)
+
+
+def _cache_key_of(member: bytes, prefix: bytes) -> bytes | None:
+    """The cache key an index member (a Redis key) names; None if it names none."""
+    try:
+        return bytes.fromhex(member.removeprefix(prefix).decode())
+    except (ValueError, UnicodeDecodeError):
+        return None

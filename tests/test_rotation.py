@@ -1,0 +1,335 @@
+"""Rotating the gateway secret (previous_secrets) without a cold start: real gateway
+processes, a real redis-server and the fake IdP, following docs/operations.md
+("Rotate the gateway secret") step by step."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from authn_gateway.config import ConfigError, parse_config
+from authn_gateway.keys import TokenHasher
+from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
+from tests.support.procs import GatewayProcess, metric_value
+from tests.support.redis_server import RedisServer
+
+Start = Callable[..., GatewayProcess]
+OLD = "rotation-test-old-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV"
+NEW = "rotation-test-new-Qw3Er5Ty7Ui9Op1As2Df4Gh6Jk8Lz0XcVbNm"
+KNOWN = [f"good-user{i}" for i in range(5)]
+FAIL_MAX = 3
+STALE = "authn-gateway.io/stale"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def config(
+    idp: FakeIdP,
+    server: RedisServer,
+    secret: str,
+    previous: list[str] | None = None,
+    fresh_seconds: float = 1,
+) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "secret": secret,
+        "redis": {"url": server.url, "timeout_seconds": 0.5, "breaker_sync_seconds": 0.1},
+        # Fresh for 1 s: the rotation below runs on stale answers, as in a long outage.
+        "cache": {"positive_ttl_seconds": fresh_seconds, "max_stale_seconds": 3600},
+        "backends": [
+            userinfo_backend(idp, breaker={"fail_max": FAIL_MAX, "reset_timeout_seconds": 600})
+        ],
+    }
+    if previous:
+        cfg["previous_secrets"] = previous
+    return cfg
+
+
+def key_id(secret: str) -> str:
+    return TokenHasher(secret.encode()).key_id.hex()
+
+
+def metrics(gw: GatewayProcess) -> str:
+    return httpx.get(f"{gw.url}/metrics", timeout=10).text
+
+
+def authenticated(gw: GatewayProcess, token: str) -> dict[str, Any]:
+    status: dict[str, Any] = gw.review(token).json()["status"]
+    assert status.get("authenticated"), status
+    return status
+
+
+def serves_known_users_stale(gw: GatewayProcess) -> None:
+    for token in KNOWN:
+        user = authenticated(gw, token)["user"]
+        assert user["username"] == token.removeprefix("good-")
+        assert user["extra"][STALE] == ["true"]
+
+
+def test_rotation_step_by_step_during_an_idp_outage_keeps_known_users(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    def start(name: str, secret: str, previous: list[str] | None = None) -> GatewayProcess:
+        return gateway_factory(config(fake_idp, redis_server, secret, previous), name=name)
+
+    p, q = start("p", OLD), start("q", OLD)
+    for token in KNOWN:
+        authenticated(p, token)
+        authenticated(q, token)  # from Redis
+    assert fake_idp.calls == len(KNOWN)
+    time.sleep(1.2)  # past the positive TTL: only stale answers from here on
+
+    fake_idp.configure(status=503)
+    fake_idp.reset_stats()
+    # Step 1: the new secret is accepted for reading; the old one still writes.
+    p.stop()
+    p = start("p-1", OLD, [NEW])
+    serves_known_users_stale(p)
+    q.stop()
+    q = start("q-1", OLD, [NEW])
+    serves_known_users_stale(q)
+
+    # Step 2: the swap. p, restarted cold on the new secret, finds nothing under its
+    # own keys; it reads each user under the old secret's key and re-writes it.
+    p.stop()
+    p = start("p-2", NEW, [OLD])
+    serves_known_users_stale(p)
+    lookups = "authn_gateway_cache_previous_key_lookups_total"
+    assert metric_value(metrics(p), lookups, result="found") == len(KNOWN)
+    # q, still on step 1 meanwhile, reads them too (it accepts the new secret).
+    serves_known_users_stale(q)
+    q.stop()
+    q = start("q-2", NEW, [OLD])
+    serves_known_users_stale(q)
+    # Written under the new key by p: q found them there, not under the old one.
+    assert metric_value(metrics(q), lookups, result="found") == 0
+
+    # Step 3: the old secret is dropped. The IdP now resets connections.
+    fake_idp.configure(status=None, reset=True)
+    p.stop()
+    p = start("p-3", NEW)
+    serves_known_users_stale(p)
+    q.stop()
+    q = start("q-3", NEW)
+    serves_known_users_stale(q)
+
+    # The IdP saw the fleet's breaker open, no more: every answer came from Redis.
+    assert fake_idp.calls <= FAIL_MAX
+    # The outage is real: a user nobody knew gets no identity.
+    unknown = p.review("good-stranger").json()["status"]
+    assert not unknown["authenticated"] and unknown["error"].startswith("idp: ")
+    text = metrics(p)
+    assert metric_value(text, "authn_gateway_secret_info", key_id=key_id(NEW), role="current")
+    assert 'role="previous"' not in text.split("authn_gateway_secret_info", 1)[1].split("#")[0]
+
+
+def test_the_new_secret_goes_into_previous_secrets_first(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    """Why step 1 comes first: a replica still on the old secret reads what a replica
+    on the new secret wrote only if it already accepts the new secret."""
+
+    def start(name: str, secret: str, previous: list[str] | None = None) -> GatewayProcess:
+        return gateway_factory(config(fake_idp, redis_server, secret, previous, 300), name=name)
+
+    swapped = start("swapped", NEW, [OLD])
+    for name in ("ann", "bob"):
+        assert authenticated(swapped, f"good-{name}")["user"]["username"] == name
+    assert fake_idp.calls == 2
+
+    skipped = start("skipped-step1", OLD)
+    assert authenticated(skipped, "good-ann")["user"]["username"] == "ann"
+    assert fake_idp.calls == 3  # it cannot read the new secret's entry: it asked again
+
+    ready = start("step1", OLD, [NEW])
+    assert authenticated(ready, "good-bob")["user"]["username"] == "bob"
+    assert fake_idp.calls == 3  # read from Redis, under the new secret's key
+
+
+def test_two_secrets_in_one_fleet_show_in_the_key_id_metric(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    old = gateway_factory(config(fake_idp, redis_server, OLD, [NEW]), name="old")
+    new = gateway_factory(config(fake_idp, redis_server, NEW), name="new")
+    name = "authn_gateway_secret_info"
+    assert metric_value(metrics(old), name, key_id=key_id(OLD), role="current") == 1
+    assert metric_value(metrics(old), name, key_id=key_id(NEW), role="previous") == 1
+    assert metric_value(metrics(new), name, key_id=key_id(NEW), role="current") == 1
+    for gw, secret in ((old, OLD), (new, NEW)):
+        assert secret not in metrics(gw)
+        assert secret not in gw.logs()
+
+
+def test_a_value_signed_with_an_unknown_secret_is_refused_and_named_by_key_id(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    """A planted entry under the right key, signed with a secret the replica does not
+    accept: ignored, counted, and logged with its (non-secret) key id."""
+    import redis
+
+    from authn_gateway.cache import CacheEntry
+    from authn_gateway.cache.redis import EntryCodec
+    from authn_gateway.carryover import cache_namespace
+    from authn_gateway.config import GatewayConfig
+    from backends.base import Authenticated, UserInfo
+
+    cfg = config(fake_idp, redis_server, NEW, [OLD])
+    [backend] = GatewayConfig.model_validate(cfg).backends
+    forger = TokenHasher(b"x" * 40)
+    key = TokenHasher(NEW.encode()).cache_key(cache_namespace(backend), "good-mallory", ())
+    now = time.time()
+    admin = Authenticated(UserInfo("cluster-admin", groups=("system:masters",)))
+    value = EntryCodec(forger).encode(key, CacheEntry(admin, now + 300, now + 300))
+    redis.Redis.from_url(redis_server.url).set(f"authn-gw:cache:{key.hex()}", value)
+
+    gw = gateway_factory(cfg)
+    assert authenticated(gw, "good-mallory")["user"]["username"] == "mallory"
+    assert fake_idp.calls == 1
+    assert metric_value(metrics(gw), "authn_gateway_cache_tampered_entries_total") == 1
+    assert f"signed by key id {forger.key_id.hex()}" in gw.wait_for_log("signature check")
+
+
+def test_a_reload_that_adds_previous_secrets_reads_the_old_entries(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    """The swap done by SIGHUP (a file: secret) instead of a restart: the reloaded
+    gateway starts its in-process cache empty and finds the users under the old keys."""
+    gw = gateway_factory(config(fake_idp, redis_server, OLD))
+    for token in KNOWN:
+        authenticated(gw, token)
+    time.sleep(1.2)
+    fake_idp.configure(status=503)
+    fake_idp.reset_stats()
+    cfg = config(fake_idp, redis_server, NEW, [OLD])
+    cfg["server"] = {"host": "127.0.0.1", "port": gw.port}
+    gw.config_path.write_text(yaml.safe_dump(cfg))
+    gw.proc.send_signal(signal.SIGHUP)
+    gw.wait_for_log("config reloaded")
+    assert "previous_secrets" in gw.logs()  # the reload says the cache starts empty
+    serves_known_users_stale(gw)
+    assert fake_idp.calls <= FAIL_MAX
+    text = metrics(gw)
+    assert metric_value(text, "authn_gateway_secret_info", key_id=key_id(NEW), role="current")
+    assert metric_value(text, "authn_gateway_secret_info", key_id=key_id(OLD), role="previous")
+    assert not metric_value(text, "authn_gateway_secret_info", key_id=key_id(OLD), role="current")
+
+
+def test_entries_name_their_secret_and_stay_readable_by_the_previous_version() -> None:
+    import hmac
+
+    import orjson
+
+    from authn_gateway.cache import CacheEntry
+    from authn_gateway.cache.redis import EntryCodec
+    from backends.base import Authenticated, UserInfo
+
+    key, now = b"k" * 32, time.time()
+    entry = CacheEntry(Authenticated(UserInfo("ann")), now + 300, now + 900)
+    new, old = TokenHasher(NEW.encode()), TokenHasher(OLD.encode())
+    rotating = TokenHasher(NEW.encode(), [OLD.encode()])
+    value = EntryCodec(new).encode(key, entry)
+    # The previous version's check: HMAC over key and payload, then the JSON.
+    signature, payload = value[:32], value[32:]
+    assert hmac.compare_digest(signature, new.sign(key + payload))
+    assert orjson.loads(payload)["v"] == new.key_id.hex()
+    # Signed with a previous secret: read by a replica that accepts it, by no other.
+    by_old = EntryCodec(old).encode(key, entry)
+    assert EntryCodec(rotating).decode(key, by_old) == entry
+    assert EntryCodec(new).decode(key, by_old) is None
+    # A key id swapped for the current one does not make the old signature pass.
+    forged = by_old.replace(old.key_id.hex().encode(), new.key_id.hex().encode())
+    assert EntryCodec(rotating).decode(key, forged) is None
+    # Written before key ids: checked against the secret whose key found it.
+    legacy_payload = orjson.dumps({k: v for k, v in orjson.loads(payload).items() if k != "v"})
+    legacy = old.sign(key + legacy_payload) + legacy_payload
+    assert EntryCodec(rotating).decode(key, legacy, found_by=rotating.previous[0]) == entry
+    assert EntryCodec(rotating).decode(key, legacy) is None
+
+
+# --- bad previous secrets: the same clear error as the secret, never the value ------------
+
+MINIMAL = """
+backends:
+  - name: demo
+    type: static
+    tokens: [{token: t, username: u}]
+redis: {url: 'redis://127.0.0.1:1/0'}
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "gw.yaml")
+    return err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("previous", "why"),
+    [
+        ("REPLACE-with-32-random-bytes-base64", "looks like a placeholder"),
+        ("changeme-please-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGj", "looks like a placeholder"),
+        ("short-Hn4Wq8", "too weak for fleet mode"),
+        ("a" * 64, "too weak for fleet mode"),
+    ],
+)
+def test_a_weak_or_placeholder_previous_secret_is_refused_without_echoing_it(
+    previous: str, why: str
+) -> None:
+    [problem] = problems(MINIMAL + f"secret: '{NEW}'\nprevious_secrets: ['{previous}']\n")
+    assert problem.startswith(f"previous_secrets[0]: {why}")
+    assert "head -c 32 /dev/urandom | base64" in problem
+    assert previous not in problem and NEW not in problem
+
+
+def test_a_previous_secret_from_a_missing_variable_or_file_is_named(tmp_path: Path) -> None:
+    text = MINIMAL + f"secret: '{NEW}'\nprevious_secrets: ['{OLD}', env:AUTHN_GW_UNSET_PREV]\n"
+    assert problems(text) == [
+        "previous_secrets[1]: environment variable AUTHN_GW_UNSET_PREV is not set"
+    ]
+    missing = tmp_path / "nope"
+    text = MINIMAL + f"secret: '{NEW}'\nprevious_secrets: ['file:{missing}']\n"
+    [problem] = problems(text)
+    assert problem.startswith("previous_secrets[0]: cannot read secret file")
+
+
+def test_previous_secrets_from_a_file_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "old"
+    path.write_text(OLD + "\n")
+    config = parse_config(MINIMAL + f"secret: '{NEW}'\nprevious_secrets: ['file:{path}']\n", "x")
+    assert [s.get_secret_value() for s in config.previous_secrets] == [OLD]
+
+
+def test_previous_secrets_need_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTHN_GATEWAY_SECRET", raising=False)
+    [problem] = problems(MINIMAL + f"previous_secrets: ['{OLD}']\n")
+    assert problem.startswith("previous_secrets: needs secret")
+
+
+def test_check_config_names_a_bad_previous_secret_without_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    weak = "REPLACE-with-32-random-bytes-base64"
+    path.write_text(MINIMAL + f"secret: '{NEW}'\nprevious_secrets: ['{weak}']\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "previous_secrets[0]: looks like a placeholder" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert weak not in result.stderr + result.stdout and NEW not in result.stderr
