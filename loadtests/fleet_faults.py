@@ -12,6 +12,7 @@ second, against burst + rate * 1 s. The gateways' own Redis latency histograms
 left shared mode.
 
     python -m loadtests.fleet_faults --replicas 1,3,6 --faults reset,500,hang,slow
+    python -m loadtests.fleet_faults --replicas 6 --faults hang,reset --expected-replicas 3
 """
 
 from __future__ import annotations
@@ -169,7 +170,10 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                     tempfile.TemporaryDirectory() as tmp,
                     running(
                         lambda url, idp=idp, n=n: fleet_config(
-                            backend(idp, extra), url, expected_replicas=n, **args.redis
+                            backend(idp, extra),
+                            url,
+                            expected_replicas=args.expected_replicas or n,
+                            **args.redis,
                         ),
                         n,
                         Path(tmp),
@@ -193,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage", type=float, default=10.0)
     parser.add_argument("--backend", default="", help="JSON merged into the backend config")
     parser.add_argument("--redis-timeout", type=float, default=None)
+    parser.add_argument(
+        "--expected-replicas",
+        type=int,
+        default=0,
+        help="redis.expected_replicas (default: the replica count)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     # The defaults (timeout 0.25 s, 3 late answers to local mode) unless --redis-timeout.

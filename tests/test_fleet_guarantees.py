@@ -164,10 +164,10 @@ async def test_a_cache_hit_never_talks_to_redis(fleet: Fleet, idp: FakeIdP) -> N
     # (XREAD), the deny-list reload (HGETALL), and two scripts (EVALSHA) with the
     # commands inside them: the fleet-size heartbeat and the replica's breaker view
     # for GET /admin/breakers; the shared-cache count every 15 s (ZREMRANGEBYSCORE,
-    # ZCARD, and SET NX + GET of the marker that notices an emptied Redis); a replica that a late Redis answer sent to local mode
-    # PINGs every retry_seconds until it answers; plus this test's own connection
-    # (HELLO, CLIENT, INFO).
-    # None of them grows with the reviews: each ran fewer times than there were hits.
+    # ZCARD, and SET NX + GET of the marker that notices an emptied Redis); a replica
+    # that a late Redis answer sent to local mode PINGs every retry_seconds until it
+    # answers; plus this test's own connection (HELLO, CLIENT, INFO). None of them
+    # grows with the reviews: each ran fewer times than there were hits.
     changed = {c: after[c] - before.get(c, 0) for c in after if after[c] != before.get(c, 0)}
     scripts = {"evalsha", "time", "zadd", "zremrangebyscore", "zcard", "pexpire", "hset", "hdel"}
     scripts |= {"set", "get"}
