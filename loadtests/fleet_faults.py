@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends.settings import ConcurrencySettings
 from tests.support.fakes.idp import FakeIdP
 from tests.support.fakes.keystone import FakeKeystone, mint_token
 from tests.support.fleet import Fleet, fleet_config, open_loop, running
@@ -152,8 +153,8 @@ async def one_run(
 
 
 def bound(extra: dict[str, Any], outage: float) -> str:
-    # concurrency.max_limit defaults to 20.
-    limit = extra.get("concurrency", {}).get("max_limit", 20)
+    default = ConcurrencySettings().max_limit
+    limit = extra.get("concurrency", {}).get("max_limit", default)
     probes = math.ceil(outage / 5.0)
     return f"5 + {limit} + {probes} = {5 + limit + probes}"
 
