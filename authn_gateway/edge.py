@@ -17,6 +17,10 @@ uvicorn's httptools protocol, plus what a port reachable by anyone needs:
 - **graceful drain**: on shutdown every connection gets the answer to its current or
   next request with ``Connection: close``; idle ones wait ``drain_idle_seconds`` for
   one, then close cleanly;
+- **answers at once**: a request that arrives whole (head and body in one read) with
+  nothing before it on the connection is offered to ``answer_at_once`` (the review
+  endpoint's cache-hit path) before any task is made for it; what that does not
+  answer goes through ASGI as usual;
 - **TLS done here**: the handshake runs in ``loop.start_tls`` with whichever server
   context is current (so certificate *and* client CA reloads apply to new
   connections), and its failures are counted by reason and logged, rate-limited.
@@ -134,6 +138,9 @@ class EdgeLimits:
     linger_seconds: float = 5.0
     linger_bytes: int = 1024 * 1024
     tls_context: Callable[[], ssl.SSLContext] | None = None
+    #: ``(scope, body) -> answer body | None``: a 200 JSON answer made without awaiting
+    #: anything (a cache hit), or None for the ASGI path. Side-effect free when None.
+    answer_at_once: Callable[[dict[str, Any], bytes], bytes | None] | None = None
     stats: EdgeStats = field(default_factory=EdgeStats)
     # Set by the first connection told to drain: later handshakes finish into a drain.
     draining: bool = False
@@ -200,6 +207,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._tls_wrapped = False
         # A 400/431 waiting for the pipelined requests before it to be answered.
         self._refusal: tuple[int, str] | None = None
+        # A request whose task is held back until its read ends: answered at once if
+        # it completes in this read and ``answer_at_once`` has its answer.
+        self._held: _Cycle | None = None
+        self._answer_at_once = self.edge.answer_at_once
+        # The default headers (date) as bytes, rendered once per change.
+        self._defaults: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")
 
     # --- connection life ---------------------------------------------------------------
 
@@ -328,6 +341,18 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
     # --- reading -----------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self._read(data)
+        held = self._held
+        if held is not None:
+            # Its body is still arriving (or the read ended in an error): the ASGI way.
+            self._held = None
+            self._start_asgi_task(held, self.app)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # An answer at once armed the keep-alive timer; a request after it is running.
+            self._unset_keepalive_if_required()
+
+    def _read(self, data: bytes) -> None:
         if self.lingering:
             self._linger_read += len(data)
             if self._linger_read > self.edge.linger_bytes:
@@ -446,6 +471,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def _start_cycle(self) -> None:
         # uvicorn's on_headers_complete, with our cycle (lingering close, early answers).
+        if self.lingering:
+            # Pipelined after a request answered at once with "connection: close".
+            return
         http_version = self.parser.get_http_version()
         self.scope["method"] = self.parser.get_method().decode("ascii")
         if http_version != "1.1":
@@ -475,7 +503,17 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             on_response=self.on_response_complete,
         )
         if existing_cycle is None or existing_cycle.response_complete:
-            self._start_asgi_task(self.cycle, self.app)
+            if (
+                self._answer_at_once is not None
+                and not self._draining
+                and not self.expect_100_continue
+                and not self.flow.write_paused
+                and not self.parser.should_upgrade()
+            ):
+                # Held until the read ends: on_message_complete may answer it at once.
+                self._held = self.cycle
+            else:
+                self._start_asgi_task(self.cycle, self.app)
         else:
             # Pipelined requests wait their turn.
             self.flow.pause_reading()
@@ -492,10 +530,33 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._raw_head_bytes = 0
         if self._upgrade_body:
             self._upgrade_body = False
-        if self.cycle is None or self.cycle.response_complete:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
             return
-        self.cycle.more_body = False
-        self.cycle.message_event.set()
+        cycle.more_body = False
+        if cycle is self._held:
+            self._held = None
+            answer = self._answer_at_once(self.scope, bytes(cycle.body))  # type: ignore[misc]
+            if answer is not None:
+                self._answer(cycle, answer)
+                return
+            self._start_asgi_task(cycle, self.app)
+        cycle.message_event.set()
+
+    def _answer(self, cycle: _Cycle, body: bytes) -> None:
+        """Write a 200 JSON answer in one write, as uvicorn's send would frame it."""
+        defaults = self.server_state.default_headers
+        if self._defaults[0] is not defaults:
+            self._defaults = (defaults, b"".join(n + b": " + v + b"\r\n" for n, v in defaults))
+        cycle.response_started = cycle.response_complete = True
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n"
+            % (self._defaults[1], len(body), b"" if cycle.keep_alive else b"connection: close\r\n")
+            + body
+        )
+        if not cycle.keep_alive:
+            self.close_lingering()
+        self.on_response_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
