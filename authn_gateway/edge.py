@@ -211,6 +211,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         # it completes in this read and ``answer_at_once`` has its answer.
         self._held: _Cycle | None = None
         self._answer_at_once = self.edge.answer_at_once
+        self._max_head_bytes = self.edge.max_header_bytes
+        self._max_headers = self.edge.max_headers
         # The default headers (date) as bytes, rendered once per change.
         self._defaults: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")
 
@@ -428,24 +430,30 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
     def on_url(self, url: bytes) -> None:
         if self._upgrade_body:
             return
-        self._count(len(url), 0)
-        super().on_url(url)
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_head_bytes:
+            self._head_too_large()
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Called for every header: counted and kept in one call (uvicorn's on_header
+        # inlined), the bounds checked as they are crossed.
         if self._upgrade_body or self._headers_done:
             # Trailers: never merged into the headers the application already read.
             return
-        self._count(len(name) + len(value) + 4, 1)
-        super().on_header(name, value)
+        self._head_bytes += len(name) + len(value) + 4
+        self._head_count += 1
+        if self._head_bytes > self._max_head_bytes or self._head_count > self._max_headers:
+            self._head_too_large()
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
-    def _count(self, size: int, headers: int) -> None:
-        self._head_bytes += size
-        self._head_count += headers
-        edge = self.edge
-        if self._head_bytes > edge.max_header_bytes or self._head_count > edge.max_headers:
-            self._too_large = True
-            # httptools turns this into a parser error; _feed then answers 431.
-            raise HeadTooLarge
+    def _head_too_large(self) -> None:
+        self._too_large = True
+        # httptools turns this into a parser error; _feed then answers 431.
+        raise HeadTooLarge
 
     def _should_upgrade(self) -> bool:
         return False
