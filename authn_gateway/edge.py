@@ -211,6 +211,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         # it completes in this read and ``answer_at_once`` has its answer.
         self._held: _Cycle | None = None
         self._answer_at_once = self.edge.answer_at_once
+        # Since when the connection has been idle (None: a request is being read or run).
+        self._idle_since: float | None = None
         self._max_head_bytes = self.edge.max_header_bytes
         self._max_headers = self.edge.max_headers
         # The default headers (date) as bytes, rendered once per change.
@@ -291,6 +293,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         self._uncount()
         if self.transport is None:
             return  # refused, or lost during the TLS handshake
@@ -351,8 +356,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self._start_asgi_task(held, self.app)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
-            # An answer at once armed the keep-alive timer; a request after it is running.
-            self._unset_keepalive_if_required()
+            # An answer at once marked the connection idle; a request after it is running.
+            self._idle_since = None
 
     def _read(self, data: bytes) -> None:
         if self.lingering:
@@ -365,8 +370,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._unset_keepalive_if_required()
         view = memoryview(data)
         for start in range(0, len(data), READ_SLICE):
-            piece = view[start : start + READ_SLICE]
-            if not self._feed(bytes(piece)):
+            piece = data if len(data) <= READ_SLICE else bytes(view[start : start + READ_SLICE])
+            if not self._feed(piece):
                 return
             if self._head_started and not self._too_large:
                 self._raw_head_bytes += len(piece)
@@ -567,7 +572,21 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self.on_response_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        # uvicorn's, but with a keep-alive timer that is armed once and moved lazily
+        # (arming and cancelling one per request cost more than a cached review's log).
+        self.server_state.total_requests += 1
+        if not self.transport.is_closing():
+            self._idle_since = None
+            self.flow.resume_reading()
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+            else:
+                self._idle_since = self.loop.time()
+                if self.timeout_keep_alive_task is None:
+                    self.timeout_keep_alive_task = self.loop.call_later(
+                        self.timeout_keep_alive, self._keep_alive_due
+                    )
         if self._refusal is not None:
             self._send_refusal_when_due()
         elif self._draining and self._idle():
@@ -649,6 +668,21 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self._pipeline_busy():
             return  # its head is arriving; on_headers_complete marks it the last
         self._arm(self.edge.drain_idle_seconds, "drain")
+
+    def _unset_keepalive_if_required(self) -> None:
+        # Data arrived: the connection is not idle (the timer, if armed, finds that out).
+        self._idle_since = None
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        since = self._idle_since
+        if since is None:
+            return  # busy since: the next answer arms it again
+        remaining = since + self.timeout_keep_alive - self.loop.time()
+        if remaining > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_due)
+            return
+        self.timeout_keep_alive_handler()
 
     def timeout_keep_alive_handler(self) -> None:
         if not self.transport.is_closing() and not self.lingering:
