@@ -22,7 +22,14 @@ from .gateway import Gateway
 from .internal_errors import internal_error
 from .pipeline import GATEWAY
 from .reviewlog import ReviewLog
-from .tokenreview import BadReview, ReviewRequest, parse_review, render_error, render_verdict
+from .tokenreview import (
+    Answer,
+    BadReview,
+    ReviewRequest,
+    parse_review,
+    render_error,
+    render_verdict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +39,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
+# Cached answers kept rendered (a few hundred bytes each).
+RENDERED_ANSWERS = 10_000
 
 
 class TooLarge(Exception):
@@ -106,6 +115,10 @@ class ReviewEndpoint:
         self.audit_log = AuditLog(audit_to, queue_lines) if audit_to else None
         # Reviews running now; a config reload closes the old gateway once this is 0.
         self.in_flight = 0
+        # Answers to cached outcomes, rendered once: (api_version, backend, stale,
+        # audiences, id(outcome)) -> (outcome, answer). The outcome is kept and compared
+        # by identity, so an id is never mistaken for a later object's.
+        self._rendered: dict[tuple[str, str, bool, tuple[str, ...], int], tuple[Any, Answer]] = {}
 
     def _refusal(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
         """Why the request is refused before its body is read (status, message, headers)."""
@@ -185,7 +198,7 @@ class ReviewEndpoint:
     ) -> bytes:
         """The answer's body; counts and logs the review."""
         outcome = verdict.outcome
-        body, answer = render_verdict(review.api_version, verdict, self.markers)
+        body, answer = self._render(review.api_version, verdict)
         elapsed = time.perf_counter() - started
         self.metrics.review(review.api_version, verdict.backend, answer, elapsed)
         if self.review_log is None and self.audit_log is None:
@@ -214,6 +227,20 @@ class ReviewEndpoint:
                 stale=verdict.stale,
             )
         return body
+
+    def _render(self, api_version: str, verdict: Verdict) -> Answer:
+        if not verdict.cached:
+            return render_verdict(api_version, verdict, self.markers)
+        outcome = verdict.outcome
+        key = (api_version, verdict.backend, verdict.stale, verdict.audiences, id(outcome))
+        known = self._rendered.get(key)
+        if known is not None and known[0] is outcome:
+            return known[1]
+        answer = render_verdict(api_version, verdict, self.markers)
+        if len(self._rendered) >= RENDERED_ANSWERS:
+            self._rendered.clear()  # bounded; the hot set renders itself again at once
+        self._rendered[key] = (outcome, answer)
+        return answer
 
     def close_logs(self) -> None:
         if self.review_log is not None:
