@@ -272,6 +272,21 @@ def median_results(rounds: list[list[WrkResult]]) -> list[WrkResult]:
     return out
 
 
+def best_ratio(rounds: list[list[WrkResult]], num: str, den: str, field: str = "rps") -> float:
+    """``num``'s best round over ``den``'s best (the highest throughput, the lowest p99).
+
+    On a shared machine other work only ever slows a server down, so each server's best
+    round is the nearest to what it does alone."""
+    pick = max if field == "rps" else min
+    values: dict[str, list[float]] = {}
+    for results in rounds:
+        for r in results:
+            values.setdefault(r.name, []).append(getattr(r, field))
+    if num not in values or den not in values:
+        return float("nan")
+    return pick(values[num]) / pick(values[den])
+
+
 def median_ratio(rounds: list[list[WrkResult]], num: str, den: str, field: str = "rps") -> float:
     """The median over rounds of ``num``'s figure over ``den``'s in the same round."""
     ratios = []
@@ -439,19 +454,25 @@ def main(argv: list[str] | None = None) -> int:
             f"{miss['idp_direct_p50_ms']:.2f} ms, so a miss costs "
             f"{miss['miss_overhead_p50_ms']:.2f} ms over the IdP's own latency"
         )
-    targets = [
-        ("cached review >= 0.7 x raw ASGI", median_ratio(rounds, LOCAL, RAW), 0.7, True),
-        ("p99 <= 1.5 x raw's", median_ratio(rounds, LOCAL, RAW, "p99_ms"), 1.5, False),
-        ("miss adds <= 1 ms over the IdP", miss["miss_overhead_p50_ms"], 1.0, False),
-        ("Redis tier within 10 % of local", median_ratio(rounds, REDIS, LOCAL), 0.9, True),
-        ("2 workers >= 1.8 x one worker", median_ratio(rounds, TWO, LOCAL), 1.8, True),
+    ratios = [
+        ("cached review >= 0.7 x raw ASGI", (LOCAL, RAW, "rps"), 0.7, True),
+        ("p99 <= 1.5 x raw's", (LOCAL, RAW, "p99_ms"), 1.5, False),
+        ("Redis tier within 10 % of local", (REDIS, LOCAL, "rps"), 0.9, True),
+        ("2 workers >= 1.8 x one worker", (TWO, LOCAL, "rps"), 1.8, True),
     ]
-    print("\nagainst issue 19's targets (medians of per-round ratios):")
-    trows = [["target", "measured", "bound", "met"]]
-    for label, value, bound, at_least in targets:
-        met = value >= bound if at_least else value <= bound
-        trows.append([label, f"{value:.2f}", f"{'>=' if at_least else '<='} {bound:g}",
-                      "yes" if met else "NO"])  # fmt: skip
+    targets = [
+        (label, median_ratio(rounds, *args), best_ratio(rounds, *args), bound, at_least)
+        for label, args, bound, at_least in ratios
+    ]
+    overhead = miss["miss_overhead_p50_ms"]
+    targets.insert(2, ("miss adds <= 1 ms over the IdP", overhead, overhead, 1.0, False))
+    print("\nagainst issue 19's targets (median of the per-round ratios; best round over best):")
+    trows = [["target", "median", "best", "bound", "met (median / best)"]]
+    for label, value, best, bound, at_least in targets:
+        met = [v >= bound if at_least else v <= bound for v in (value, best)]
+        sign = ">=" if at_least else "<="
+        trows.append([label, f"{value:.2f}", f"{best:.2f}", f"{sign} {bound:g}",
+                      " / ".join("yes" if m else "NO" for m in met)])  # fmt: skip
     print(table(trows))
     mem = memory_per_entry(args.entries)
     print(
@@ -464,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {"machine": info, "throughput": [asdict(r) for r in results],
                  "rounds": [[asdict(r) for r in rr] for rr in rounds],
-                 "targets": {label: value for label, value, _, _ in targets},
+                 "targets": {label: [median, best] for label, median, best, _, _ in targets},
                  "notes": notes, "miss": miss, "memory": mem},
                 indent=1,
             )

@@ -121,10 +121,12 @@ class KeepingTransport:
 
 
 def connection(app: Any, protocol: type[HttpToolsProtocol]) -> tuple[Any, KeepingTransport]:
+    edge = EdgeLimits()
+    # The server's wiring (server.run): cache hits answered by the protocol itself.
+    edge.answer_at_once = getattr(app, "answer_at_once", None)
     config = _UvicornConfig(
         app,
-        # The server's wiring (server.run): cache hits answered by the protocol itself.
-        edge=EdgeLimits(answer_at_once=getattr(app, "answer_at_once", None)),
+        edge=edge,
         http=protocol,
         lifespan="off",
         access_log=False,
