@@ -38,6 +38,13 @@ class GatewayApp:
         self._install(generation)
         return old
 
+    def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
+        """The edge's answer-at-once hook (:mod:`.edge`): a review of the current
+        generation answered without awaiting, or None."""
+        if scope["path"] != self.review_path:
+            return None
+        return self.review.answer_now(scope, body)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == self.review_path:
             review = self.review

@@ -17,6 +17,10 @@ uvicorn's httptools protocol, plus what a port reachable by anyone needs:
 - **graceful drain**: on shutdown every connection gets the answer to its current or
   next request with ``Connection: close``; idle ones wait ``drain_idle_seconds`` for
   one, then close cleanly;
+- **answers at once**: a request that arrives whole (head and body in one read) with
+  nothing before it on the connection is offered to ``answer_at_once`` (the review
+  endpoint's cache-hit path) before any task is made for it; what that does not
+  answer goes through ASGI as usual;
 - **TLS done here**: the handshake runs in ``loop.start_tls`` with whichever server
   context is current (so certificate *and* client CA reloads apply to new
   connections), and its failures are counted by reason and logged, rate-limited.
@@ -134,6 +138,9 @@ class EdgeLimits:
     linger_seconds: float = 5.0
     linger_bytes: int = 1024 * 1024
     tls_context: Callable[[], ssl.SSLContext] | None = None
+    #: ``(scope, body) -> answer body | None``: a 200 JSON answer made without awaiting
+    #: anything (a cache hit), or None for the ASGI path. Side-effect free when None.
+    answer_at_once: Callable[[dict[str, Any], bytes], bytes | None] | None = None
     stats: EdgeStats = field(default_factory=EdgeStats)
     # Set by the first connection told to drain: later handshakes finish into a drain.
     draining: bool = False
@@ -146,14 +153,34 @@ class _ClosingTransport:
     def __init__(self, protocol: GatewayHttpProtocol) -> None:
         self._protocol = protocol
         self._transport = protocol.transport
+        self._holding = False
+        self._head = b""
+
+    def hold_next_write(self) -> None:
+        """Keep the next write (an answer's head) to go out with the one after it (its
+        body): one send() instead of two, and one TCP segment for a small answer."""
+        self._holding = True
 
     def write(self, data: bytes) -> None:
+        if self._holding:
+            self._holding = False
+            self._head = data
+            return
+        if self._head:
+            data, self._head = self._head + data, b""
         self._transport.write(data)
+
+    def _flush(self) -> None:
+        self._holding = False
+        if self._head:
+            head, self._head = self._head, b""
+            self._transport.write(head)
 
     def is_closing(self) -> bool:
         return bool(self._transport.is_closing()) or self._protocol.lingering
 
     def close(self) -> None:
+        self._flush()
         self._protocol.close_lingering()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -170,6 +197,8 @@ class _Cycle(RequestResponseCycle):  # type: ignore[misc]
             # An answer before the whole body arrived (413, 401, ...): this connection
             # cannot carry another request, so say so and close it lingering.
             self.keep_alive = False
+        if starting:
+            self.transport.hold_next_write()  # type: ignore[attr-defined]  # _ClosingTransport
         await super().send(message)
 
 
@@ -200,6 +229,16 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._tls_wrapped = False
         # A 400/431 waiting for the pipelined requests before it to be answered.
         self._refusal: tuple[int, str] | None = None
+        # A request whose task is held back until its read ends: answered at once if
+        # it completes in this read and ``answer_at_once`` has its answer.
+        self._held: _Cycle | None = None
+        self._answer_at_once = self.edge.answer_at_once
+        # Since when the connection has been idle (None: a request is being read or run).
+        self._idle_since: float | None = None
+        self._max_head_bytes = self.edge.max_header_bytes
+        self._max_headers = self.edge.max_headers
+        # The default headers (date) as bytes, rendered once per change.
+        self._defaults: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")
 
     # --- connection life ---------------------------------------------------------------
 
@@ -276,6 +315,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         self._uncount()
         if self.transport is None:
             return  # refused, or lost during the TLS handshake
@@ -328,6 +370,18 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
     # --- reading -----------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self._read(data)
+        held = self._held
+        if held is not None:
+            # Its body is still arriving (or the read ended in an error): the ASGI way.
+            self._held = None
+            self._start_asgi_task(held, self.app)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # An answer at once marked the connection idle; a request after it is running.
+            self._idle_since = None
+
+    def _read(self, data: bytes) -> None:
         if self.lingering:
             self._linger_read += len(data)
             if self._linger_read > self.edge.linger_bytes:
@@ -338,8 +392,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._unset_keepalive_if_required()
         view = memoryview(data)
         for start in range(0, len(data), READ_SLICE):
-            piece = view[start : start + READ_SLICE]
-            if not self._feed(bytes(piece)):
+            piece = data if len(data) <= READ_SLICE else bytes(view[start : start + READ_SLICE])
+            if not self._feed(piece):
                 return
             if self._head_started and not self._too_large:
                 self._raw_head_bytes += len(piece)
@@ -403,24 +457,30 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
     def on_url(self, url: bytes) -> None:
         if self._upgrade_body:
             return
-        self._count(len(url), 0)
-        super().on_url(url)
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_head_bytes:
+            self._head_too_large()
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Called for every header: counted and kept in one call (uvicorn's on_header
+        # inlined), the bounds checked as they are crossed.
         if self._upgrade_body or self._headers_done:
             # Trailers: never merged into the headers the application already read.
             return
-        self._count(len(name) + len(value) + 4, 1)
-        super().on_header(name, value)
+        self._head_bytes += len(name) + len(value) + 4
+        self._head_count += 1
+        if self._head_bytes > self._max_head_bytes or self._head_count > self._max_headers:
+            self._head_too_large()
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
-    def _count(self, size: int, headers: int) -> None:
-        self._head_bytes += size
-        self._head_count += headers
-        edge = self.edge
-        if self._head_bytes > edge.max_header_bytes or self._head_count > edge.max_headers:
-            self._too_large = True
-            # httptools turns this into a parser error; _feed then answers 431.
-            raise HeadTooLarge
+    def _head_too_large(self) -> None:
+        self._too_large = True
+        # httptools turns this into a parser error; _feed then answers 431.
+        raise HeadTooLarge
 
     def _should_upgrade(self) -> bool:
         return False
@@ -446,6 +506,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def _start_cycle(self) -> None:
         # uvicorn's on_headers_complete, with our cycle (lingering close, early answers).
+        if self.lingering:
+            # Pipelined after a request answered at once with "connection: close".
+            return
         http_version = self.parser.get_http_version()
         self.scope["method"] = self.parser.get_method().decode("ascii")
         if http_version != "1.1":
@@ -475,7 +538,17 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             on_response=self.on_response_complete,
         )
         if existing_cycle is None or existing_cycle.response_complete:
-            self._start_asgi_task(self.cycle, self.app)
+            if (
+                self._answer_at_once is not None
+                and not self._draining
+                and not self.expect_100_continue
+                and not self.flow.write_paused
+                and not self.parser.should_upgrade()
+            ):
+                # Held until the read ends: on_message_complete may answer it at once.
+                self._held = self.cycle
+            else:
+                self._start_asgi_task(self.cycle, self.app)
         else:
             # Pipelined requests wait their turn.
             self.flow.pause_reading()
@@ -492,13 +565,50 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._raw_head_bytes = 0
         if self._upgrade_body:
             self._upgrade_body = False
-        if self.cycle is None or self.cycle.response_complete:
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
             return
-        self.cycle.more_body = False
-        self.cycle.message_event.set()
+        cycle.more_body = False
+        if cycle is self._held:
+            self._held = None
+            answer = self._answer_at_once(self.scope, bytes(cycle.body))  # type: ignore[misc]
+            if answer is not None:
+                self._answer(cycle, answer)
+                return
+            self._start_asgi_task(cycle, self.app)
+        cycle.message_event.set()
+
+    def _answer(self, cycle: _Cycle, body: bytes) -> None:
+        """Write a 200 JSON answer in one write, as uvicorn's send would frame it."""
+        defaults = self.server_state.default_headers
+        if self._defaults[0] is not defaults:
+            self._defaults = (defaults, b"".join(n + b": " + v + b"\r\n" for n, v in defaults))
+        cycle.response_started = cycle.response_complete = True
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n"
+            % (self._defaults[1], len(body), b"" if cycle.keep_alive else b"connection: close\r\n")
+            + body
+        )
+        if not cycle.keep_alive:
+            self.close_lingering()
+        self.on_response_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        # uvicorn's, but with a keep-alive timer that is armed once and moved lazily
+        # (arming and cancelling one per request cost more than a cached review's log).
+        self.server_state.total_requests += 1
+        if not self.transport.is_closing():
+            self._idle_since = None
+            self.flow.resume_reading()
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+            else:
+                self._idle_since = self.loop.time()
+                if self.timeout_keep_alive_task is None:
+                    self.timeout_keep_alive_task = self.loop.call_later(
+                        self.timeout_keep_alive, self._keep_alive_due
+                    )
         if self._refusal is not None:
             self._send_refusal_when_due()
         elif self._draining and self._idle():
@@ -580,6 +690,21 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if self._pipeline_busy():
             return  # its head is arriving; on_headers_complete marks it the last
         self._arm(self.edge.drain_idle_seconds, "drain")
+
+    def _unset_keepalive_if_required(self) -> None:
+        # Data arrived: the connection is not idle (the timer, if armed, finds that out).
+        self._idle_since = None
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        since = self._idle_since
+        if since is None:
+            return  # busy since: the next answer arms it again
+        remaining = since + self.timeout_keep_alive - self.loop.time()
+        if remaining > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_due)
+            return
+        self.timeout_keep_alive_handler()
 
     def timeout_keep_alive_handler(self) -> None:
         if not self.transport.is_closing() and not self.lingering:

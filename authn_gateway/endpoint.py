@@ -1,8 +1,10 @@
-"""The TokenReview endpoint: a raw ASGI handler.
+"""The TokenReview endpoint: a raw ASGI handler, and the same review answered at once.
 
 It is the hot path, and starlette's Request/Response objects would cost more than a
 cached review. Health, metrics and admin routes are an ordinary starlette app
-(:mod:`.ops`).
+(:mod:`.ops`). :meth:`ReviewEndpoint.answer_now` is the cache-hit path the HTTP edge
+calls before making a task (:mod:`.edge`): the same checks and the same answer, log
+line and metrics, for a review the pipeline can answer without awaiting anything.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from .gateway import Gateway
 from .internal_errors import internal_error
 from .pipeline import GATEWAY
 from .reviewlog import ReviewLog
-from .tokenreview import BadReview, parse_review, render_error, render_verdict
+from .tokenreview import (
+    Answer,
+    BadReview,
+    ReviewRequest,
+    parse_review,
+    render_error,
+    render_verdict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +39,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
+# Cached answers kept rendered (a few hundred bytes each).
+RENDERED_ANSWERS = 10_000
 
 
 class TooLarge(Exception):
@@ -104,8 +115,13 @@ class ReviewEndpoint:
         self.audit_log = AuditLog(audit_to, queue_lines) if audit_to else None
         # Reviews running now; a config reload closes the old gateway once this is 0.
         self.in_flight = 0
+        # Answers to cached outcomes, rendered once: (api_version, backend, stale,
+        # audiences, id(outcome)) -> (outcome, answer). The outcome is kept and compared
+        # by identity, so an id is never mistaken for a later object's.
+        self._rendered: dict[tuple[str, str, bool, tuple[str, ...], int], tuple[Any, Answer]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def _refusal(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
+        """Why the request is refused before its body is read (status, message, headers)."""
         headers = _headers(scope)
         if self.callers.required:
             # Before anything else: an unknown caller learns nothing and costs nothing.
@@ -113,28 +129,47 @@ class ReviewEndpoint:
                 scope.get(CERT_NAMES_KEY, ()), headers.get(b"authorization")
             )
             if caller is None:
-                await self._refuse(
-                    send, 401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
-                )
-                return
+                return 401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
             scope[CALLER_KEY] = caller
         if scope["method"] != "POST":
-            await self._refuse(send, 405, "method must be POST", [(b"allow", b"POST")])
-            return
+            return 405, "method must be POST", [(b"allow", b"POST")]
         content_type = headers.get(b"content-type", b"")
         if (
             content_type != b"application/json"
             and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
         ):
-            await self._refuse(send, 400, "Content-Type must be application/json")
-            return
+            return 400, "Content-Type must be application/json", []
         encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.strip().lower() != b"identity":
-            await self._refuse(send, 400, "Content-Encoding is not supported")
-            return
+            return 400, "Content-Encoding is not supported", []
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
+            return 413, f"body larger than {self.max_body} bytes", []
+        return None
+
+    def answer_now(self, scope: Scope, body: bytes) -> bytes | None:
+        """The answer to a whole request, if it is a review the pipeline answers without
+        awaiting (a cache hit); else None, having changed nothing (no metric, no log
+        line): the request then goes through :meth:`__call__`, which refuses or asks."""
+        if self._refusal(scope) is not None or len(body) > self.max_body:
+            return None
+        try:
+            review = parse_review(body)
+        except BadReview:
+            return None
+        started = time.perf_counter()
+        try:
+            verdict = self.pipeline.review_now(review.token, review.audiences)
+        except Exception:
+            return None  # answered (internal error, counted) by the ASGI path
+        if verdict is None:
+            return None
+        return self._answer(review, verdict, caller_identity(scope), started)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await self._refuse(send, *refusal)
             return
         try:
             body = await _read_body(receive, self.max_body)
@@ -156,14 +191,18 @@ class ReviewEndpoint:
         except Exception as exc:
             # Last line of defence: the answer rules never allow a 500.
             verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-        outcome = verdict.outcome
-        body, answer = render_verdict(review.api_version, verdict, self.markers)
-        await _send(send, 200, body)
+        await _send(send, 200, self._answer(review, verdict, caller, started))
 
+    def _answer(
+        self, review: ReviewRequest, verdict: Verdict, caller: str, started: float
+    ) -> bytes:
+        """The answer's body; counts and logs the review."""
+        outcome = verdict.outcome
+        body, answer = self._render(review.api_version, verdict)
         elapsed = time.perf_counter() - started
         self.metrics.review(review.api_version, verdict.backend, answer, elapsed)
         if self.review_log is None and self.audit_log is None:
-            return
+            return body
         token_id = self.gateway.hasher.token_id(review.token)
         if self.review_log is not None:
             user = outcome.user.username if isinstance(outcome, Authenticated) else None
@@ -187,6 +226,21 @@ class ReviewEndpoint:
                 token_id=token_id,
                 stale=verdict.stale,
             )
+        return body
+
+    def _render(self, api_version: str, verdict: Verdict) -> Answer:
+        if not verdict.cached:
+            return render_verdict(api_version, verdict, self.markers)
+        outcome = verdict.outcome
+        key = (api_version, verdict.backend, verdict.stale, verdict.audiences, id(outcome))
+        known = self._rendered.get(key)
+        if known is not None and known[0] is outcome:
+            return known[1]
+        answer = render_verdict(api_version, verdict, self.markers)
+        if len(self._rendered) >= RENDERED_ANSWERS:
+            self._rendered.clear()  # bounded; the hot set renders itself again at once
+        self._rendered[key] = (outcome, answer)
+        return answer
 
     def close_logs(self) -> None:
         if self.review_log is not None:

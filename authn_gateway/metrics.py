@@ -8,11 +8,17 @@ dictionary lookup and an increment.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from backends.base import Authenticated, Outcome, Rejected
@@ -44,6 +50,9 @@ LATENCY_BUCKETS = (
     10.0,
 )
 
+# The histogram's "le" labels, as prometheus_client writes them.
+_BOUND_LABELS = [*(repr(float(b)) for b in LATENCY_BUCKETS), "+Inf"]
+
 
 # Stale entries are served for up to max_stale (default 1 h, at most keep_stale: 24 h)
 # past their TTL.
@@ -69,19 +78,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.reviews = Counter(
-            f"{PREFIX}_reviews",
-            "TokenReviews answered, by final answer.",
-            ["api_version", "backend", "answer"],
-            registry=r,
-        )
-        self.review_latency = Histogram(
-            f"{PREFIX}_review_duration_seconds",
-            "Time to answer a TokenReview.",
-            ["answer"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        #: authn_gateway_reviews_total and authn_gateway_review_duration_seconds.
+        self.review_tally = ReviewTally()
+        r.register(self.review_tally)
         self.bad_requests = Counter(
             f"{PREFIX}_bad_requests",
             "Requests refused before review, by HTTP status.",
@@ -358,8 +357,8 @@ class Metrics:
         self.backend_collectors = BackendCollectors()
         r.register(self.backend_collectors)
         self._children: dict[tuple[Any, ...], Any] = {}
-        # The per-review pair, resolved once: this runs on every review.
-        self._review_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        # Bound once: this runs on every review.
+        self.review = self.review_tally.review
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -367,17 +366,6 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
-
-    def review(self, api_version: str, backend: str, answer: str, seconds: float) -> None:
-        key = (api_version, backend, answer)
-        children = self._review_children.get(key)
-        if children is None:
-            children = self._review_children[key] = (
-                self.reviews.labels(api_version, backend, answer),
-                self.review_latency.labels(answer),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
 
     def cache(self, backend: str, result: str) -> None:
         self._child(self.cache_lookups, backend, result).inc()
@@ -459,6 +447,55 @@ class Metrics:
             )
         self._child(self.breaker_override_since, backend).set(forced.since if forced else 0)
         self._child(self.breaker_override_expiry, backend).set(forced.expires_at if forced else 0)
+
+
+class ReviewTally(Collector):
+    """The per-review counter and latency histogram as plain integers, turned into
+    samples at scrape time.
+
+    prometheus_client's ``inc()`` and ``observe()`` take a lock and walk the buckets
+    in Python on every call; this runs on every review, cache hits included, so a
+    review costs a dictionary update and a C bisect here (docs/decisions.md, issue 19).
+    Only the event loop writes; a scrape in another thread reads a snapshot.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], int] = {}
+        # Per answer: a count per bucket (the last one +Inf), then the sum.
+        self._latency: dict[str, list[float]] = {}
+
+    def review(self, api_version: str, backend: str, answer: str, seconds: float) -> None:
+        key = (api_version, backend, answer)
+        counts = self._counts
+        counts[key] = counts.get(key, 0) + 1
+        hist = self._latency.get(answer)
+        if hist is None:
+            hist = self._latency[answer] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        hist[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        hist[-1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        reviews = CounterMetricFamily(
+            f"{PREFIX}_reviews",
+            "TokenReviews answered, by final answer.",
+            labels=["api_version", "backend", "answer"],
+        )
+        for labels, count in list(self._counts.items()):
+            reviews.add_metric(list(labels), count)
+        yield reviews
+        latency = HistogramMetricFamily(
+            f"{PREFIX}_review_duration_seconds",
+            "Time to answer a TokenReview.",
+            labels=["answer"],
+        )
+        for answer, hist in list(self._latency.items()):
+            snapshot = list(hist)
+            cumulative, buckets = 0.0, []
+            for bound, n in zip(_BOUND_LABELS, snapshot[:-1], strict=True):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            latency.add_metric([answer], buckets, snapshot[-1])
+        yield latency
 
 
 class BackendCollectors(Collector):

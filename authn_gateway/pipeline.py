@@ -12,6 +12,10 @@
 
 Every step below the route answers the same interface (:class:`Authenticator`), so
 each can be read and tested alone; docs/architecture.md has the picture.
+
+:meth:`Pipeline.review_now` is the same path for the answers that need no waiting:
+the local rejections, and a target that can answer at once (``review_now``: the cache
+layer's fresh local entries). It answers or returns None having counted nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from .keys import TokenHasher
 from .metrics import Metrics
 from .prerejection import prerejection_reason
 from .revocation.denylist import DenyList
-from .routing import Router
+from .routing import Route, Router
 from .stack import BackendStack
 
 GATEWAY = "gateway"
@@ -72,7 +76,30 @@ class Pipeline:
     def _inbound_refused(self) -> None:
         self.metrics.limiter_refusal("inbound", GATEWAY)
 
+    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
+        """The verdict, if it needs no await (see the module docstring), else None."""
+        route = self._route(token)
+        if isinstance(route, Verdict):
+            return route
+        target = route.target
+        answer_now = getattr(target, "review_now", None)
+        if answer_now is None:
+            return None
+        verdict: Verdict | None = answer_now(route.token, audiences)
+        return None if verdict is None else self._denied_user(verdict)
+
     async def _review(self, token: str, audiences: tuple[str, ...]) -> Verdict:
+        route = self._route(token)
+        if isinstance(route, Verdict):
+            return route
+        target = route.target
+        assert target is not None
+        # Every review is answered by this time, whatever the backends do.
+        deadline = asyncio.get_running_loop().time() + self.deadline
+        return self._denied_user(await target.review(route.token, audiences, deadline))
+
+    def _route(self, token: str) -> Route[Authenticator] | Verdict:
+        """The route to the token's target, or the local refusal (counted)."""
         reason = prerejection_reason(token, self.reject_service_accounts)
         if reason is not None:
             self.metrics.prerejection(reason)
@@ -89,10 +116,10 @@ class Pipeline:
         if target is None or not target.could_accept(route.token):
             self.metrics.prerejection("no_backend_accepts")
             return Verdict(Rejected("no backend accepts this token's form"), GATEWAY)
+        return route
 
-        # Every review is answered by this time, whatever the backends do.
-        deadline = asyncio.get_running_loop().time() + self.deadline
-        verdict = await target.review(route.token, audiences, deadline)
+    def _denied_user(self, verdict: Verdict) -> Verdict:
+        deny = self.deny_list
         outcome = verdict.outcome
         if (
             deny is not None

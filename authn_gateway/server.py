@@ -85,6 +85,9 @@ class ReviewOnly:
             return
         await self.app(scope, receive, send)
 
+    def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
+        return self.app.answer_at_once(scope, body)
+
 
 async def _refuse(send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]]) -> None:
     body = render_error(status, message)
@@ -111,6 +114,10 @@ class CallersOnly:
                 )
                 return
         await self.app(scope, receive, send)
+
+    def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
+        # Only the review path is answered at once, and it checks callers itself.
+        return self.app.answer_at_once(scope, body)
 
 
 class OpsOnly:
@@ -212,6 +219,8 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
         front = ReviewOnly(app)
     elif s.callers_must_authenticate:
         front = CallersOnly(app)
+    # Cache hits are answered by the protocol without a task (edge.py).
+    edge.answer_at_once = front.answer_at_once
     review_server = uvicorn.Server(_uvicorn_config(front, config, edge))
     ops_server: _OpsServer | None = None
     ops_task: asyncio.Task[None] | None = None

@@ -1,39 +1,59 @@
 """Where a cache-hit review's CPU goes, layer by layer, in process (no sockets).
 
-The gateway's ASGI app is called in a loop with a prebuilt TokenReview for a cached
-token; each layer is also timed alone. Best of 5 rounds of CPU time, so other work on
-the machine disturbs it less than wall-clock benchmarks. Run pinned for steadier
-figures:
+The same review as ``loadtests.bench`` (a userinfo backend, default config, review log
+and metrics on, its answer in the local cache) is timed three ways: through the HTTP
+protocol (the edge's ``GatewayHttpProtocol`` fed the request bytes over a transport
+that keeps what is written, so the parser, the event loop's task and the ASGI app are
+all in), as an ASGI call, and layer by layer. The raw reference app of
+``loadtests.refapps`` is timed through uvicorn's own protocol the same way, so the
+first two rows read as "the gateway's cost" against "Python's floor on this stack".
+Best of 5 rounds of CPU time, so other work on the machine disturbs it less than
+wall-clock benchmarks. Run pinned for steadier figures:
 
-    taskset -c 1 python -m loadtests.hotpath
+    taskset -c 1 python -m loadtests.hotpath [--profile out.pstats]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import cProfile
 import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
 from authn_gateway.app import GatewayApp
 from authn_gateway.config import parse_config
+from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
 from authn_gateway.gateway import Gateway
 from authn_gateway.logsink import LogSink
 from authn_gateway.prerejection import prerejection_reason
-from authn_gateway.tokenreview import parse_review, render_authenticated
+from authn_gateway.server import _UvicornConfig
+from authn_gateway.tokenreview import parse_review, render_verdict
+from backends.base import Authenticated, UserInfo
+
+from .refapps import raw_app
 
 CONFIG = """
 inbound_limit: {rate: 1000000000, burst: 1000000000}
 backends:
-  - name: demo
-    type: static
-    tokens: [{token: demo-admin-token, username: demo-admin, uid: "1000", groups: [admins]}]
+  - name: idp
+    type: userinfo
+    url: http://127.0.0.1:9/userinfo
 """
-TOKEN = "demo-admin-token"
+TOKEN = "good-bench-user"
 BODY = (
     b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview",'
-    b'"spec":{"token":"demo-admin-token"}}'
+    b'"spec":{"token":"good-bench-user"}}'
+)
+# What wrk sends (loadtests.bench): three headers.
+REQUEST = (
+    b"POST /authenticate?timeout=30s HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY
 )
 SCOPE = {
     "type": "http",
@@ -44,7 +64,6 @@ SCOPE = {
     "headers": [
         (b"host", b"gw"),
         (b"content-type", b"application/json"),
-        (b"accept-encoding", b"gzip"),
         (b"content-length", str(len(BODY)).encode()),
     ],
 }
@@ -71,13 +90,83 @@ async def best_us_async(run: Callable[[], Awaitable[Any]]) -> float:
     return best
 
 
-async def main() -> None:
+class KeepingTransport:
+    """Enough of an asyncio transport for the HTTP protocols; counts what is written."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+        self.answers = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+        if data.endswith(b"}"):
+            self.answers += 1
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 40000)}.get(
+            name, default
+        )
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None: ...
+
+
+def connection(app: Any, protocol: type[HttpToolsProtocol]) -> tuple[Any, KeepingTransport]:
+    edge = EdgeLimits()
+    # The server's wiring (server.run): cache hits answered by the protocol itself.
+    edge.answer_at_once = getattr(app, "answer_at_once", None)
+    config = _UvicornConfig(
+        app,
+        edge=edge,
+        http=protocol,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        proxy_headers=False,
+    )
+    config.load()
+    conn = protocol(config=config, server_state=ServerState(), app_state={})
+    transport = KeepingTransport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+async def http_us(app: Any, protocol: type[HttpToolsProtocol]) -> float:
+    """One request through the protocol: parse, task, app, answer written."""
+    conn, transport = connection(app, protocol)
+
+    async def one() -> None:
+        want = transport.answers + 1
+        conn.data_received(REQUEST)
+        while transport.answers < want:
+            await asyncio.sleep(0)
+
+    await one()
+    us = await best_us_async(one)
+    conn.connection_lost(None)
+    return us
+
+
+async def main(profile: str | None) -> None:
     app = GatewayApp(Gateway(parse_config(CONFIG, "hotpath")))
     assert app.review_log is not None
     # Lines are queued as in production; the writer thread writes them to /dev/null.
     app.review_log.sink = LogSink(os.devnull)
     gateway = app.gateway
     await gateway.start()
+    stack = gateway.pipeline.backends["idp"].top
+    user = UserInfo("bench-user", "1000", ("developers", "viewers"))
+    key = gateway.hasher.cache_key(stack.namespace, TOKEN, ())  # type: ignore[attr-defined]
+    await stack.cache.put(key, Authenticated(user), time.time(), gateway.hasher.token_id(TOKEN))  # type: ignore[attr-defined]
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": BODY, "more_body": False}
@@ -85,54 +174,69 @@ async def main() -> None:
     async def send(message: Any) -> None:
         return None
 
+    key_ns = stack.namespace  # type: ignore[attr-defined]
     verdict = await gateway.pipeline.review(TOKEN, (), "c")
+    assert verdict.cached, verdict
     loop = asyncio.get_running_loop()
-    stack = gateway.pipeline.backends["demo"].top
+    if profile:
+        conn, transport = connection(app, GatewayHttpProtocol)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(N):
+            want = transport.answers + 1
+            conn.data_received(REQUEST)
+            while transport.answers < want:
+                await asyncio.sleep(0)
+        prof.disable()
+        prof.dump_stats(profile)
+        print(f"profile of {N:,} requests through the protocol written to {profile}")
     rows = [
+        ("raw ASGI + orjson through uvicorn's protocol", await http_us(raw_app, HttpToolsProtocol)),
+        ("gateway through the edge protocol", await http_us(app, GatewayHttpProtocol)),
         (
-            "whole review (ASGI app, cache hit)",
+            "  whole review (ASGI app, cache hit)",
             await best_us_async(lambda: app(SCOPE, receive, send)),
         ),
         (
-            "  pipeline.review",
+            "    pipeline.review",
             await best_us_async(lambda: gateway.pipeline.review(TOKEN, (), "127.0.0.1")),
         ),
         (
-            "    backend layers (key, cache, verdict)",
+            "      backend stack (key, cache, verdict)",
             await best_us_async(lambda: stack.review(TOKEN, (), loop.time() + 5)),
         ),
         (
-            "      HMAC-SHA256 cache key",
-            best_us(lambda: gateway.hasher.cache_key("demo", TOKEN, ())),
+            "        HMAC-SHA256 cache key",
+            best_us(lambda: gateway.hasher.cache_key(key_ns, TOKEN, ())),
         ),
-        ("    inbound limiter", best_us(lambda: gateway.pipeline.inbound.allow("127.0.0.1"))),  # type: ignore[union-attr]
-        ("    pre-rejection", best_us(lambda: prerejection_reason(TOKEN, True))),
-        ("  parse TokenReview", best_us(lambda: parse_review(BODY))),
+        ("      pre-rejection", best_us(lambda: prerejection_reason(TOKEN, True))),
+        ("    parse TokenReview", best_us(lambda: parse_review(BODY))),
         (
-            "  render TokenReview",
-            best_us(
-                lambda: render_authenticated("authentication.k8s.io/v1", verdict.outcome.user, ())
-            ),
-        ),  # type: ignore[union-attr]
+            "    render the answer",
+            best_us(lambda: render_verdict("authentication.k8s.io/v1", verdict, gateway.markers)),
+        ),
         (
-            "  metrics (counter + histogram)",
+            "    metrics (counter + histogram)",
             best_us(
                 lambda: gateway.metrics.review(
-                    "authentication.k8s.io/v1", "demo", "authenticated", 1e-4
+                    "authentication.k8s.io/v1", "idp", "authenticated", 1e-4
                 )
             ),
         ),
-        ("  token id for the log (keyed BLAKE2b)", best_us(lambda: gateway.hasher.token_id(TOKEN))),
         (
-            "  review log line",
+            "    token id for the log (keyed BLAKE2b)",
+            best_us(lambda: gateway.hasher.token_id(TOKEN)),
+        ),
+        (
+            "    review log line",
             best_us(
                 lambda: app.review_log.write(  # type: ignore[union-attr]
                     token="0123456789ab",
                     answer="authenticated",
-                    backend="demo",
+                    backend="idp",
                     ms=0.03,
                     cached=True,
-                    user="demo-admin",
+                    user="bench-user",
                     caller="127.0.0.1",
                 )
             ),
@@ -140,9 +244,16 @@ async def main() -> None:
     ]
     print(f"CPU per call, best of {ROUNDS} x {N:,} (in process, no sockets):")
     for label, micros in rows:
-        print(f"  {label:<44} {micros:6.2f} us")
+        print(f"  {label:<48} {micros:6.2f} us")
+    raw, gw = rows[0][1], rows[1][1]
+    print(f"  gateway / raw through the protocol: {gw / raw:.2f}")
     await gateway.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", help="write a cProfile of the protocol run here")
+    args = parser.parse_args()
+    import uvloop
+
+    uvloop.run(main(args.profile))

@@ -115,6 +115,17 @@ class CacheLayer(Layer):
             return None
         return lambda: hasher.previous_cache_keys(self.namespace, token, audiences)
 
+    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
+        """A fresh entry of the in-process tier, counted as a hit; else None, counted as
+        nothing (the caller then awaits :meth:`review`). The cache-hit fast path."""
+        key = self.hasher.cache_key(self.namespace, token, audiences)
+        now = self.clock()
+        entry = self.cache.peek(key, now)
+        if entry is None or now >= entry.fresh_until:
+            return None
+        (self._hit if entry.positive else self._negative_hit).inc()
+        return Verdict(entry.outcome, self.name, cached=True)
+
     def _stale_first(self, key: bytes) -> bool:
         if self.revalidate or key in self._refreshing:
             return True  # (a refresh already on its way: no need to wait for it)
