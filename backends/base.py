@@ -79,6 +79,9 @@ class Unavailable:
     retry_after: float | None = None
     # A configuration problem (Keystone 403, LDAP bind DN refused): logged loudly.
     misconfigured: bool = False
+    # No answer in time (set where the timeout is caught, by type): the gateway checks
+    # whether the time went to the IdP or to its own starved event loop.
+    timed_out: bool = False
 
     @property
     def blames_idp(self) -> bool:

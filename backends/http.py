@@ -165,7 +165,7 @@ def transport_failure(exc: httpx.HTTPError) -> Unavailable:
     if isinstance(exc, CallHeldBack):
         return exc.outcome
     if isinstance(exc, httpx.TimeoutException):
-        return Unavailable("timed out")
+        return Unavailable("timed out", timed_out=True)
     if isinstance(exc, httpx.ConnectError):
         return Unavailable("connection failed")
     if isinstance(exc, httpx.RemoteProtocolError):

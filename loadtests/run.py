@@ -162,6 +162,18 @@ class Sample:
     limit: float = 0.0
     in_flight: float = 0.0
     breaker_opened: float = 0.0
+    # CPU seconds used so far by each watched process (gateway, load generator, IdP).
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used (Linux /proc), None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # from field 3 (state) on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _breaker_state(metrics: str) -> str:
@@ -181,6 +193,25 @@ class Sampler(threading.Thread):
         self.gateways = gateways
         self.samples: list[Sample] = []
         self._halt = threading.Event()
+        # role -> pids whose CPU time is sampled (summed per role)
+        self.watched: dict[str, list[int]] = {
+            "gateway": [g.proc.pid for g in gateways],
+            "fake IdP": [fake.proc.pid],
+        }
+        self._last_cpu: dict[int, float] = {}
+
+    def watch(self, role: str, pid: int) -> None:
+        self.watched.setdefault(role, []).append(pid)
+
+    def _cpu(self) -> dict[str, float]:
+        out = {}
+        for role, pids in self.watched.items():
+            for pid in pids:
+                used = cpu_seconds(pid)
+                if used is not None:
+                    self._last_cpu[pid] = used
+            out[role] = sum(self._last_cpu.get(pid, 0.0) for pid in pids)
+        return out
 
     def run(self) -> None:
         client = httpx.Client(timeout=2)
@@ -227,6 +258,7 @@ class Sampler(threading.Thread):
                     limit=limit,
                     in_flight=in_flight,
                     breaker_opened=opened,
+                    cpu=self._cpu(),
                 )
             )
             self._halt.wait(0.5)
@@ -306,6 +338,16 @@ class Result:
             "by_population": by_population,
             "http_5xx": sum(v for k, v in statuses.items() if k.isdigit() and int(k) >= 500),
             "reauths": sum(r.get("reauths", 0) for r in rows),
+        }
+
+    def cpu_cores(self) -> dict[str, float]:
+        """Mean CPU cores each watched role used while the clock ran (1.0: one core busy)."""
+        s = [x for x in self.samples if self.started <= x.t <= self.started + self.duration]
+        if len(s) < 2:
+            return {}
+        span = s[-1].t - s[0].t
+        return {
+            role: (s[-1].cpu.get(role, 0.0) - s[0].cpu.get(role, 0.0)) / span for role in s[-1].cpu
         }
 
     def brownout(self, capacity_per_s: float) -> dict[str, Any]:
@@ -406,12 +448,13 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
         sampler.start()
         stack.callback(sampler.stop)
         proc, timeline_path = run_locust(scenario, gateways, fake, duration, workdir, tag)
+        sampler.watch("load generator", proc.pid)
         stack.callback(_stop, proc)
         started = time.time()
         marks = play(scenario.steps, started, duration, fake, redis, proc)
         proc.wait(timeout=duration + 60)
         sampler.stop()
-        checks: dict[str, Any] = {}
+        checks: dict[str, Any] = {"load_average": f"{os.getloadavg()[0]:.1f}"}
         if protected and scenario.capacity is not None:
             checks.update(limit_figures(gateways))
         if scenario.cold_probe:
@@ -442,6 +485,12 @@ def limit_figures(gateways: list[GatewayProcess]) -> dict[str, Any]:
         figures["slow_calls"] = figures.get("slow_calls", 0) + int(
             metric_value(text, "authn_gateway_backend_slow_calls_total")
         )
+        calls = metric_value(text, "authn_gateway_backend_call_duration_seconds_count")
+        took = metric_value(text, "authn_gateway_backend_call_duration_seconds_sum")
+        own = metric_value(text, "authn_gateway_backend_call_own_delay_seconds_total")
+        # Per call: as timed by the gateway, and the part that waited for its own loop.
+        figures["call_mean_ms"] = round(1000 * took / calls, 1) if calls else 0.0
+        figures["call_own_delay_mean_ms"] = round(1000 * own / calls, 1) if calls else 0.0
         waits = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_count")
         waited = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_sum")
         figures["slot_wait_mean_ms"] = round(1000 * waited / waits, 1) if waits else 0.0
@@ -638,7 +687,14 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
             ],
         )
         add("hot reviews authenticated", [f"{100 * f['hot_served_share']:.1f} %" for f in figures])
-    keys = sorted({k for r in results for k in r.checks})
+    cpus = [r.cpu_cores() for r in results]
+    for role in sorted({k for c in cpus for k in c}):
+        add(f"CPU cores used: {role}", [f"{c.get(role, 0.0):.2f}" for c in cpus])
+    add(
+        "machine load average (1 min, at the end)",
+        [r.checks.get("load_average", "-") for r in results],
+    )
+    keys = sorted({k for r in results for k in r.checks} - {"load_average"})
     for k in keys:
         add(k.replace("_", " "), [r.checks.get(k, "-") for r in results])
     return rows

@@ -40,8 +40,9 @@ class ConcurrencyLayer(Layer):
         try:
             verdict = await self.inner.review(token, audiences, deadline)
             outcome = verdict.outcome
-            # A failure or timeout is a drop; a call held back below was never sent.
-            dropped = isinstance(outcome, Unavailable) and not isinstance(outcome, HeldBack)
+            # A failure or timeout is a drop; a call held back below was never sent, and
+            # one that timed out waiting for our own loop says nothing about the IdP.
+            dropped = isinstance(outcome, Unavailable) and outcome.blames_idp
             self.limiter.release(slot, verdict.call_seconds, dropped)
         finally:
             if not slot.done:
