@@ -64,6 +64,13 @@ class Fake:
     def stats(self) -> dict[str, Any]:
         return dict(httpx.get(f"http://127.0.0.1:{self.control}/_fake/stats", timeout=2).json())
 
+    def control_call(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """GET a /_fake/stats path, POST anything else (faults, reset)."""
+        url = f"http://127.0.0.1:{self.control}{path}"
+        if path.endswith("/stats"):
+            return dict(httpx.get(url, timeout=5).json())
+        return dict(httpx.post(url, json=body or {}, timeout=5).json())
+
 
 @contextmanager
 def fake_server(kind: str, workdir: Path) -> Iterator[Fake]:
