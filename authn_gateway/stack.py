@@ -122,6 +122,10 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     return BreakerLayer(inner, breaker, ctx.metrics)
 
 
+#: Extra IdP latency below this share of the call timeout does not shrink the limit.
+NEGLIGIBLE_DELAY_SHARE = 0.05
+
+
 def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     c, name = ctx.settings.concurrency, ctx.settings.name
     if not c.enabled or not ctx.handle.backend.calls_idp_per_review:
@@ -138,6 +142,8 @@ def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
                 max_limit=c.max_limit,
                 alpha=c.queue_low / share,
                 beta=c.queue_high / share,
+                # Relative to the review's own deadline, so nothing is tuned per IdP.
+                negligible_delay=NEGLIGIBLE_DELAY_SHARE * ctx.settings.timeouts.total_seconds,
             )
         )
     )

@@ -58,6 +58,11 @@ class VegasSettings:
     max_window: float = 1.0
     base_horizon: float = 30.0
     probe_interval: float = 5.0
+    # Extra latency (window mean over the no-load latency) too small to matter to any
+    # review: the limit does not shrink for it (the gateway sets 5 % of the call
+    # timeout). Without it, an IdP answering in 1 ms looks "queued 10x" from a few ms
+    # of the gateway's own jitter, and the limit fell to 4 after a brownout ended.
+    negligible_delay: float = 0.0
 
 
 @dataclass
@@ -172,6 +177,8 @@ class VegasLimit:
         if w.max_in_flight * 2 < self._limit:
             return
         queue = w.max_in_flight * (1 - base / mean) if mean > 0 else 0.0
+        if mean - base < s.negligible_delay:
+            queue = 0.0  # whatever waits, it costs the reviews nothing yet
         if queue < 1:
             # Nothing queues at the IdP: far from its capacity, grow as Vegas does.
             self._limit = min(s.max_limit, self._limit + s.beta)
