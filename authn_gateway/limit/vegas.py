@@ -59,7 +59,7 @@ class VegasSettings:
     base_horizon: float = 30.0
     probe_interval: float = 5.0
     # Extra latency (window mean over the no-load latency) too small to matter to any
-    # review: the limit does not shrink for it (the gateway sets 5 % of the call
+    # review: the limit does not shrink for it (the gateway sets 2 % of the call
     # timeout). Without it, an IdP answering in 1 ms looks "queued 10x" from a few ms
     # of the gateway's own jitter, and the limit fell to 4 after a brownout ended.
     negligible_delay: float = 0.0
