@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, replace
 
 from backends.base import Authenticator, Unavailable, Verdict
+from backends.http import WIRE_TIME, WireTime
 
 from . import looplag
 from .internal_errors import internal_error
@@ -44,6 +45,8 @@ class DeadlineLayer(Layer):
     async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
         lag = looplag.for_running_loop()
         behind = lag.behind
+        wire = WireTime(lag.delay_within)
+        timing = WIRE_TIME.set(wire)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.seconds):
@@ -55,16 +58,23 @@ class DeadlineLayer(Layer):
         except Exception as exc:
             # A bug of ours: not a 500, not an "invalid token", not the IdP's fault.
             verdict = Verdict(internal_error(self.name, exc, self.metrics), self.name)
+        finally:
+            WIRE_TIME.reset(timing)
         seconds = time.perf_counter() - started
         # The layers above (breaker: slow calls; concurrency limit: latency) read the
         # IdP's part: not the time the call waited for our own loop (looplag.py).
-        ours = min(seconds, lag.behind - behind)
+        loop_delay = min(seconds, lag.behind - behind)
         outcome = verdict.outcome
+        timed_out = isinstance(outcome, Unavailable) and outcome.timed_out
+        # Answered over HTTP: the IdP's part is its time on the wire, less what the
+        # answer waited unread (a timed-out call's last request got no answer). Else
+        # (LDAP) the loop's delays over the call.
+        ours = seconds - min(seconds, wire.seconds) if wire.calls and not timed_out else loop_delay
         if (
             isinstance(outcome, Unavailable)
             and outcome.timed_out
             and outcome.blames_idp
-            and ours >= seconds / 2
+            and loop_delay >= seconds / 2
         ):
             outcome = OwnDelay(f"{outcome.reason} (the gateway itself was slow)", timed_out=True)
             self.metrics.own_timeout(self.name)

@@ -10,20 +10,23 @@ and the slow-call rule open the breaker on an IdP that is fast (measured: the
 
 :class:`LoopLag` is a timer that fires every ``interval`` seconds and notes how late
 it ran. A timer and an answer waiting in a socket wait for the same thing (the loop's
-next turn), and the ticks' delays added up over a call (:attr:`LoopLag.behind` at its end less at
-its start) are about the time the call waited for the loop rather than for the IdP:
-its answer sitting unread, and each of the several turns an HTTP call takes (pool,
-write, read, close) queued behind other reviews. The deadline layer takes that off
-each call's measured time before the limit and the breaker read it.
+next turn), so:
 
-It can overstate our part when the loop stalled while the IdP was still working
-(then the IdP looks faster than it is), never understate it by much: the error
-falls on the side of not blaming the IdP for the gateway's own delays.
+* an HTTP call's IdP time is its time on the wire (``backends.http.WireTime``: from
+  writing the request to reading the answer's headers, which leaves out the loop's
+  turns for the pool, the body and the close) less the loop's delay when the answer
+  was read (:meth:`LoopLag.delay_within`: the answer sat unread that long);
+* for a call that timed out, the ticks' delays added up over it (:attr:`LoopLag.behind`
+  at its end less at its start) say how much of its time went waiting for our loop;
+  mostly that, and the timeout is ours, not the IdP's (``deadline.OwnDelay``). This
+  sum can overstate our part if the loop stalled while the IdP was still working, so
+  only a timeout with at least half of its time ours is excused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 
 #: Time between ticks: fine enough to see a delay of a few ms, cheap (50 timers/s).
@@ -40,17 +43,35 @@ class LoopLag:
         self._interval = interval
         #: Seconds the ticks have run late in all, since the start.
         self.behind = 0.0
-        #: Seconds the last tick ran late (0 on an idle loop).
-        self.latest = 0.0
+        #: The last tick's delay, in ``time.perf_counter`` time: from when it was due
+        #: to when it ran.
+        self.late_from = self.late_to = time.perf_counter()
         self._due = loop.time() + interval
         self._handle = loop.call_at(self._due, self._tick)
 
+    @property
+    def latest(self) -> float:
+        """Seconds the last tick ran late (0 on an idle loop)."""
+        return self.late_to - self.late_from
+
     def _tick(self) -> None:
         now = self._loop.time()
-        self.latest = max(0.0, now - self._due)
-        self.behind += self.latest
+        late = max(0.0, now - self._due)
+        self.behind += late
+        self.late_to = time.perf_counter()
+        self.late_from = self.late_to - late
         self._due = now + self._interval
         self._handle = self._loop.call_at(self._due, self._tick)
+
+    def delay_within(self, started: float, ended: float) -> float:
+        """The part of the last tick's delay inside ``started..ended`` (perf_counter).
+
+        Asked when an answer has just been read: if the loop was behind when that
+        turn began, the answer may have waited unread all that time (timers run
+        before I/O in a turn, so the delay is noted by then). A delay that ended
+        before the call was sent is not the call's.
+        """
+        return max(0.0, min(self.late_to, ended) - max(self.late_from, started))
 
     def stop(self) -> None:
         self._handle.cancel()

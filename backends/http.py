@@ -12,6 +12,8 @@ import logging
 import re
 import ssl
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,6 +49,64 @@ _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 # httpcore trace events: a new connection was made; the answer's headers arrived.
 _CONNECTING = "connection.connect_tcp.started"
 _ANSWERED = "http11.receive_response_headers.complete"
+
+
+_SENDING = "http11.send_request_headers.started"
+
+
+class WireTime:
+    """Seconds a review's HTTP calls spent on the wire: from writing each request to
+    reading its answer's headers. Leaves out the turns the caller's event loop takes
+    around them (pool, body, close): under a starved CPU those are the caller's time,
+    not the IdP's. Whoever times a review sets a fresh one in :data:`WIRE_TIME`."""
+
+    __slots__ = ("calls", "discount", "seconds")
+
+    def __init__(self, discount: Callable[[float, float], float] | None = None) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+        #: Seconds of ``(sent, answered)`` (``time.perf_counter``) that were not the
+        #: IdP's, asked the moment the answer is read (the caller knows its own delays).
+        self.discount = discount
+
+    def add(self, sent: float, answered: float) -> None:
+        taken = answered - sent
+        if self.discount is not None:
+            taken -= min(taken, self.discount(sent, answered))
+        self.calls += 1
+        self.seconds += taken
+
+
+WIRE_TIME: ContextVar[WireTime | None] = ContextVar("backends_wire_time", default=None)
+
+
+class TimedOnTheWire(httpx.AsyncBaseTransport):
+    """Adds each request's time on the wire to the current :data:`WIRE_TIME`, from
+    httpcore's trace events (HTTP/1.1)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        wire = WIRE_TIME.get()
+        if wire is None:
+            return await self._inner.handle_async_request(request)
+        outer_trace = request.extensions.get("trace")
+        sent: list[float] = []
+
+        async def trace(event: str, info: dict[str, object]) -> None:
+            if event == _SENDING:
+                sent.append(time.perf_counter())
+            elif event == _ANSWERED and sent:
+                wire.add(sent[-1], time.perf_counter())
+            if outer_trace is not None:
+                await outer_trace(event, info)
+
+        request.extensions["trace"] = trace
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class ResendIfDropped(httpx.AsyncBaseTransport):
@@ -121,6 +181,8 @@ def make_client(
         ),
         trust_env=False,
     )
+    # Innermost, so it sees every request actually written, resends included.
+    transport = TimedOnTheWire(transport)
     if resend_if_dropped:
         # A resend is one more request to the IdP: it takes from the budget itself.
         transport = ResendIfDropped(transport, budget)
