@@ -228,6 +228,7 @@ def compare(
             "refused": counts.refused,
             "late": counts.late,
             "idp_served": served,
+            "idp_max_in_flight": int(st.get("max_in_flight") or 0),
             "idp_utilisation": served / (capacity / service_time * seconds),
             "idp_wasted": wasted,
             "idp_wasted_share": wasted / max(1, served),
