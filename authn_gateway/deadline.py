@@ -67,9 +67,10 @@ class DeadlineLayer(Layer):
         outcome = verdict.outcome
         timed_out = isinstance(outcome, Unavailable) and outcome.timed_out
         # Answered over HTTP: the IdP's part is its time on the wire, less what the
-        # answer waited unread (a timed-out call's last request got no answer). Else
-        # (LDAP) the loop's delays over the call.
+        # answer may have waited unread (a timed-out call's last request got no
+        # answer). Else (LDAP) the loop's delays over the call.
         ours = seconds - min(seconds, wire.seconds) if wire.calls and not timed_out else loop_delay
+        unread = wire.unread if wire.calls and not timed_out else 0.0
         if (
             isinstance(outcome, Unavailable)
             and outcome.timed_out
@@ -79,8 +80,13 @@ class DeadlineLayer(Layer):
             outcome = OwnDelay(f"{outcome.reason} (the gateway itself was slow)", timed_out=True)
             self.metrics.own_timeout(self.name)
         self.metrics.backend_outcome(self.name, outcome, seconds)
-        self.metrics.own_delay(self.name, ours)
-        verdict = replace(verdict, outcome=outcome, call_seconds=seconds - ours)
+        self.metrics.own_delay(self.name, ours + unread)
+        verdict = replace(
+            verdict,
+            outcome=outcome,
+            call_seconds=max(0.0, seconds - ours - unread),
+            unread_seconds=unread,
+        )
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
             self.metrics.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)

@@ -128,8 +128,13 @@ class Verdict:
     stale: bool = False
     cached: bool = False
     audiences: tuple[str, ...] = ()
-    # Seconds the backend call took (set by the deadline layer; None: no call was made).
+    # Seconds the backend call took, less what it waited for the gateway's own event
+    # loop (set by the deadline layer; None: no call was made). The benefit of the
+    # doubt goes to the IdP: ``unread_seconds`` more may have been the IdP's (its answer
+    # came in at some point of the loop's last delay), which the concurrency limit adds
+    # back (an IdP's queue must not hide behind our delays) and the breaker does not.
     call_seconds: float | None = None
+    unread_seconds: float = 0.0
 
 
 class BackendConfigError(ValueError):

@@ -60,21 +60,24 @@ class WireTime:
     around them (pool, body, close): under a starved CPU those are the caller's time,
     not the IdP's. Whoever times a review sets a fresh one in :data:`WIRE_TIME`."""
 
-    __slots__ = ("calls", "discount", "seconds")
+    __slots__ = ("calls", "seconds", "unread", "unread_within")
 
-    def __init__(self, discount: Callable[[float, float], float] | None = None) -> None:
+    def __init__(self, unread_within: Callable[[float, float], float] | None = None) -> None:
         self.calls = 0
         self.seconds = 0.0
-        #: Seconds of ``(sent, answered)`` (``time.perf_counter``) that were not the
-        #: IdP's, asked the moment the answer is read (the caller knows its own delays).
-        self.discount = discount
+        #: Of ``seconds``, how long answers may have sat unread: ``unread_within(sent,
+        #: answered)`` (``time.perf_counter``), asked the moment each answer is read (the
+        #: caller knows its own delays). An upper bound: the answer came in at some
+        #: point of the caller's delay, not necessarily at its start.
+        self.unread = 0.0
+        self.unread_within = unread_within
 
     def add(self, sent: float, answered: float) -> None:
         taken = answered - sent
-        if self.discount is not None:
-            taken -= min(taken, self.discount(sent, answered))
         self.calls += 1
         self.seconds += taken
+        if self.unread_within is not None:
+            self.unread += min(taken, self.unread_within(sent, answered))
 
 
 WIRE_TIME: ContextVar[WireTime | None] = ContextVar("backends_wire_time", default=None)

@@ -43,7 +43,12 @@ class ConcurrencyLayer(Layer):
             # A failure or timeout is a drop; a call held back below was never sent, and
             # one that timed out waiting for our own loop says nothing about the IdP.
             dropped = isinstance(outcome, Unavailable) and outcome.blames_idp
-            self.limiter.release(slot, verdict.call_seconds, dropped)
+            rtt = verdict.call_seconds
+            if rtt is not None:
+                # The whole time on the wire: whether or not the answer waited for our
+                # loop, a queue at the IdP must show (the safe side for the IdP).
+                rtt += verdict.unread_seconds
+            self.limiter.release(slot, rtt, dropped)
         finally:
             if not slot.done:
                 self.limiter.release(slot, rtt=None)  # cancelled: nothing learnt
