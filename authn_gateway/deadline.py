@@ -60,34 +60,48 @@ class DeadlineLayer(Layer):
             verdict = Verdict(internal_error(self.name, exc, self.metrics), self.name)
         finally:
             WIRE_TIME.reset(timing)
-        seconds = time.perf_counter() - started
+        ended = time.perf_counter()
+        seconds = ended - started
         # The layers above (breaker: slow calls; concurrency limit: latency) read the
         # IdP's part: not the time the call waited for our own loop (looplag.py).
-        loop_delay = min(seconds, lag.behind - behind)
+        idp, unread = idp_time(seconds, ended, wire, lag, lag.behind - behind)
+        ours = seconds - (idp - unread)
         outcome = verdict.outcome
-        timed_out = isinstance(outcome, Unavailable) and outcome.timed_out
-        # Answered over HTTP: the IdP's part is its time on the wire, less what the
-        # answer may have waited unread (a timed-out call's last request got no
-        # answer). Else (LDAP) the loop's delays over the call.
-        ours = seconds - min(seconds, wire.seconds) if wire.calls and not timed_out else loop_delay
-        unread = wire.unread if wire.calls and not timed_out else 0.0
         if (
             isinstance(outcome, Unavailable)
             and outcome.timed_out
             and outcome.blames_idp
-            and loop_delay >= seconds / 2
+            and ours >= seconds / 2
         ):
             outcome = OwnDelay(f"{outcome.reason} (the gateway itself was slow)", timed_out=True)
             self.metrics.own_timeout(self.name)
         self.metrics.backend_outcome(self.name, outcome, seconds)
-        self.metrics.own_delay(self.name, ours + unread)
+        self.metrics.own_delay(self.name, ours)
         verdict = replace(
-            verdict,
-            outcome=outcome,
-            call_seconds=max(0.0, seconds - ours - unread),
-            unread_seconds=unread,
+            verdict, outcome=outcome, call_seconds=idp - unread, unread_seconds=unread
         )
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
             self.metrics.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)
         return verdict
+
+
+def idp_time(
+    seconds: float, ended: float, wire: WireTime, lag: looplag.LoopLag, loop_delay: float
+) -> tuple[float, float]:
+    """Of a call's ``seconds``, the IdP's, and how many of those may have been ours
+    after all (answers that sat unread while our loop was behind).
+
+    Over HTTP it is the time on the wire, answered or not: a request still unanswered
+    at the end (a timeout) had the IdP from its connect or write on, and one never
+    written never reached the IdP. Otherwise (LDAP) the call's time less the loop's
+    delays over it.
+    """
+    if not wire.requests:
+        return seconds - min(seconds, loop_delay), 0.0
+    idp, unread = wire.seconds, wire.unread
+    if wire.pending is not None:
+        idp += ended - wire.pending
+        unread += lag.delay_within(wire.pending, ended)
+    idp = min(idp, seconds)
+    return idp, min(unread, idp)

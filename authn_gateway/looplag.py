@@ -16,11 +16,16 @@ next turn), so:
   writing the request to reading the answer's headers, which leaves out the loop's
   turns for the pool, the body and the close) less the loop's delay when the answer
   was read (:meth:`LoopLag.delay_within`: the answer sat unread that long);
-* for a call that timed out, the ticks' delays added up over it (:attr:`LoopLag.behind`
-  at its end less at its start) say how much of its time went waiting for our loop;
-  mostly that, and the timeout is ours, not the IdP's (``deadline.OwnDelay``). This
-  sum can overstate our part if the loop stalled while the IdP was still working, so
-  only a timeout with at least half of its time ours is excused.
+* a call that timed out had the IdP from its connect or write on, less the same
+  unread bound; a request never written never reached the IdP. Mostly ours, and the
+  timeout is not the IdP's failure (``deadline.OwnDelay``);
+* a call that is not over HTTP (LDAP): the ticks' delays added up over it
+  (:attr:`LoopLag.behind` at its end less at its start). That sum can overstate our
+  part when the loop stalled while the IdP was still working.
+
+The unread bound goes to the IdP's benefit where that is the safe side: the breaker's
+slow-call rule leaves it out, the concurrency limit counts it (a queue at the IdP must
+not hide behind our delays).
 """
 
 from __future__ import annotations

@@ -55,15 +55,21 @@ _SENDING = "http11.send_request_headers.started"
 
 
 class WireTime:
-    """Seconds a review's HTTP calls spent on the wire: from writing each request to
-    reading its answer's headers. Leaves out the turns the caller's event loop takes
-    around them (pool, body, close): under a starved CPU those are the caller's time,
-    not the IdP's. Whoever times a review sets a fresh one in :data:`WIRE_TIME`."""
+    """Seconds a review's HTTP calls spent on the wire: from each request's connect (or
+    its write on a pooled connection) to reading its answer's headers. Leaves out the
+    turns the caller's event loop takes around them (pool, body, close): under a
+    starved CPU those are the caller's time, not the IdP's. Whoever times a review sets
+    a fresh one in :data:`WIRE_TIME`."""
 
-    __slots__ = ("calls", "seconds", "unread", "unread_within")
+    __slots__ = ("calls", "pending", "requests", "seconds", "unread", "unread_within")
 
     def __init__(self, unread_within: Callable[[float, float], float] | None = None) -> None:
+        #: Requests handed to the transport, and those answered.
+        self.requests = 0
         self.calls = 0
+        #: When the unanswered request's I/O began (its TCP connect, or its write on a
+        #: pooled connection); None when every request so far was answered.
+        self.pending: float | None = None
         self.seconds = 0.0
         #: Of ``seconds``, how long answers may have sat unread: ``unread_within(sent,
         #: answered)`` (``time.perf_counter``), asked the moment each answer is read (the
@@ -95,13 +101,14 @@ class TimedOnTheWire(httpx.AsyncBaseTransport):
         if wire is None:
             return await self._inner.handle_async_request(request)
         outer_trace = request.extensions.get("trace")
-        sent: list[float] = []
+        wire.requests += 1
 
         async def trace(event: str, info: dict[str, object]) -> None:
-            if event == _SENDING:
-                sent.append(time.perf_counter())
-            elif event == _ANSWERED and sent:
-                wire.add(sent[-1], time.perf_counter())
+            if event in (_CONNECTING, _SENDING) and wire.pending is None:
+                wire.pending = time.perf_counter()
+            elif event == _ANSWERED and wire.pending is not None:
+                wire.add(wire.pending, time.perf_counter())
+                wire.pending = None
             if outer_trace is not None:
                 await outer_trace(event, info)
 
