@@ -178,7 +178,10 @@ class VegasLimit:
             return
         queue = w.max_in_flight * (1 - base / mean) if mean > 0 else 0.0
         if mean - base < s.negligible_delay:
-            queue = 0.0  # whatever waits, it costs the reviews nothing yet
+            # Whatever waits costs the reviews nothing yet: never shrink for it. Grow
+            # only as the estimate says (taking it for "nothing queues" grew the limit
+            # by beta per window into a 20-call queue: queue-wait p99 335 ms).
+            queue = min(queue, s.beta)
         if queue < 1:
             # Nothing queues at the IdP: far from its capacity, grow as Vegas does.
             self._limit = min(s.max_limit, self._limit + s.beta)
