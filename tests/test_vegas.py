@@ -177,3 +177,20 @@ def test_queueing_past_the_negligible_delay_still_holds_the_limit_near_capacity(
     seen = settled(limit, clock, 4, 0.05)
     # A queue worth 50 ms more is about 4 calls at 80/s: a few more than without it.
     assert min(seen) >= 5 and max(seen) <= 4 + s.beta + 6, seen
+
+
+def test_slots_held_by_answers_the_caller_has_not_read_do_not_grow_the_limit() -> None:
+    # A starved caller: every slot is full, but the IdP held a third of each call's
+    # time (the rest its answer waited unread). The latency shows no queue.
+    clock = Clock()
+    limit = VegasLimit(VegasSettings(initial=12, probe_interval=1e9), clock)
+    for _ in range(2000):
+        clock.now += 0.01
+        limit.sample(0.05, in_flight=limit.limit, at_idp=limit.limit / 3)
+    assert limit.limit == 12
+    # The control: the same calls all held by the IdP grow it.
+    grown = VegasLimit(VegasSettings(initial=12, probe_interval=1e9), clock)
+    for _ in range(2000):
+        clock.now += 0.01
+        grown.sample(0.05, in_flight=grown.limit)
+    assert grown.limit > 12
