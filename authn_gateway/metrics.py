@@ -289,6 +289,21 @@ class Metrics:
             ["backend", "reason"],
             registry=r,
         )
+        self.own_delay_seconds = Counter(
+            f"{PREFIX}_backend_call_own_delay_seconds",
+            "Time answers to IdP calls waited for the gateway's own event loop (CPU "
+            "starvation); left out of the latency the concurrency limit and the "
+            "slow-call rule see.",
+            ["backend"],
+            registry=r,
+        )
+        self.own_timeouts = Counter(
+            f"{PREFIX}_backend_own_timeouts",
+            "IdP calls that timed out mostly waiting for the gateway's own event loop: "
+            "not counted against the IdP.",
+            ["backend"],
+            registry=r,
+        )
         self.slow_calls = Counter(
             f"{PREFIX}_backend_slow_calls",
             "Calls to an identity provider at or over the breaker's slow-call threshold.",
@@ -421,6 +436,13 @@ class Metrics:
 
     def concurrency_refusal(self, backend: str, reason: str) -> None:
         self._child(self.concurrency_refusals, backend, reason).inc()
+
+    def own_delay(self, backend: str, seconds: float) -> None:
+        if seconds > 0:
+            self._child(self.own_delay_seconds, backend).inc(seconds)
+
+    def own_timeout(self, backend: str) -> None:
+        self._child(self.own_timeouts, backend).inc()
 
     def slow_call(self, backend: str) -> None:
         self._child(self.slow_calls, backend).inc()

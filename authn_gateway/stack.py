@@ -140,6 +140,11 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     return BreakerLayer(inner, breaker, ctx.metrics)
 
 
+#: Extra IdP latency below this share of the call timeout (20 ms of 1 s) does not shrink
+#: the limit: well under a brownout's queueing (50 ms a call here), above the gateway's jitter.
+NEGLIGIBLE_DELAY_SHARE = 0.02
+
+
 def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     c, name = ctx.settings.concurrency, ctx.settings.name
     if not c.enabled or not ctx.handle.backend.calls_idp_per_review:
@@ -156,6 +161,8 @@ def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
                 max_limit=c.max_limit,
                 alpha=c.queue_low / share,
                 beta=c.queue_high / share,
+                # Relative to the review's own deadline, so nothing is tuned per IdP.
+                negligible_delay=NEGLIGIBLE_DELAY_SHARE * ctx.settings.timeouts.total_seconds,
             )
         )
     )

@@ -79,6 +79,9 @@ class Unavailable:
     retry_after: float | None = None
     # A configuration problem (Keystone 403, LDAP bind DN refused): logged loudly.
     misconfigured: bool = False
+    # No answer in time (set where the timeout is caught, by type): the gateway checks
+    # whether the time went to the IdP or to its own starved event loop.
+    timed_out: bool = False
 
     @property
     def blames_idp(self) -> bool:
@@ -125,8 +128,13 @@ class Verdict:
     stale: bool = False
     cached: bool = False
     audiences: tuple[str, ...] = ()
-    # Seconds the backend call took (set by the deadline layer; None: no call was made).
+    # Seconds the backend call took, less what it waited for the gateway's own event
+    # loop (set by the deadline layer; None: no call was made). The benefit of the
+    # doubt goes to the IdP: ``unread_seconds`` more may have been the IdP's (its answer
+    # came in at some point of the loop's last delay), which the concurrency limit adds
+    # back (an IdP's queue must not hide behind our delays) and the breaker does not.
     call_seconds: float | None = None
+    unread_seconds: float = 0.0
 
 
 class BackendConfigError(ValueError):

@@ -12,6 +12,8 @@ import logging
 import re
 import ssl
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,6 +49,74 @@ _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 # httpcore trace events: a new connection was made; the answer's headers arrived.
 _CONNECTING = "connection.connect_tcp.started"
 _ANSWERED = "http11.receive_response_headers.complete"
+
+
+_SENDING = "http11.send_request_headers.started"
+
+
+class WireTime:
+    """Seconds a review's HTTP calls spent on the wire: from each request's connect (or
+    its write on a pooled connection) to reading its answer's headers. Leaves out the
+    turns the caller's event loop takes around them (pool, body, close): under a
+    starved CPU those are the caller's time, not the IdP's. Whoever times a review sets
+    a fresh one in :data:`WIRE_TIME`."""
+
+    __slots__ = ("calls", "pending", "requests", "seconds", "unread", "unread_within")
+
+    def __init__(self, unread_within: Callable[[float, float], float] | None = None) -> None:
+        #: Requests handed to the transport, and those answered.
+        self.requests = 0
+        self.calls = 0
+        #: When the unanswered request's I/O began (its TCP connect, or its write on a
+        #: pooled connection); None when every request so far was answered.
+        self.pending: float | None = None
+        self.seconds = 0.0
+        #: Of ``seconds``, how long answers may have sat unread: ``unread_within(sent,
+        #: answered)`` (``time.perf_counter``), asked the moment each answer is read (the
+        #: caller knows its own delays). An upper bound: the answer came in at some
+        #: point of the caller's delay, not necessarily at its start.
+        self.unread = 0.0
+        self.unread_within = unread_within
+
+    def add(self, sent: float, answered: float) -> None:
+        taken = answered - sent
+        self.calls += 1
+        self.seconds += taken
+        if self.unread_within is not None:
+            self.unread += min(taken, self.unread_within(sent, answered))
+
+
+WIRE_TIME: ContextVar[WireTime | None] = ContextVar("backends_wire_time", default=None)
+
+
+class TimedOnTheWire(httpx.AsyncBaseTransport):
+    """Adds each request's time on the wire to the current :data:`WIRE_TIME`, from
+    httpcore's trace events (HTTP/1.1)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        wire = WIRE_TIME.get()
+        if wire is None:
+            return await self._inner.handle_async_request(request)
+        outer_trace = request.extensions.get("trace")
+        wire.requests += 1
+
+        async def trace(event: str, info: dict[str, object]) -> None:
+            if event in (_CONNECTING, _SENDING) and wire.pending is None:
+                wire.pending = time.perf_counter()
+            elif event == _ANSWERED and wire.pending is not None:
+                wire.add(wire.pending, time.perf_counter())
+                wire.pending = None
+            if outer_trace is not None:
+                await outer_trace(event, info)
+
+        request.extensions["trace"] = trace
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class ResendIfDropped(httpx.AsyncBaseTransport):
@@ -121,6 +191,8 @@ def make_client(
         ),
         trust_env=False,
     )
+    # Innermost, so it sees every request actually written, resends included.
+    transport = TimedOnTheWire(transport)
     if resend_if_dropped:
         # A resend is one more request to the IdP: it takes from the budget itself.
         transport = ResendIfDropped(transport, budget)
@@ -165,7 +237,7 @@ def transport_failure(exc: httpx.HTTPError) -> Unavailable:
     if isinstance(exc, CallHeldBack):
         return exc.outcome
     if isinstance(exc, httpx.TimeoutException):
-        return Unavailable("timed out")
+        return Unavailable("timed out", timed_out=True)
     if isinstance(exc, httpx.ConnectError):
         return Unavailable("connection failed")
     if isinstance(exc, httpx.RemoteProtocolError):

@@ -353,7 +353,7 @@ def connection_failure(exc: LDAPException) -> Unavailable:
     if any_of(ssl.SSLCertVerificationError, LDAPCertificateError):
         return Unavailable("TLS certificate verification failed", misconfigured=True)
     if any_of(TimeoutError, LDAPResponseTimeoutError):
-        return Unavailable("timed out")
+        return Unavailable("timed out", timed_out=True)
     if any_of(ssl.SSLError):
         return Unavailable("TLS handshake failed", misconfigured=True)
     if any_of(LDAPStartTLSError):

@@ -64,6 +64,13 @@ class Fake:
     def stats(self) -> dict[str, Any]:
         return dict(httpx.get(f"http://127.0.0.1:{self.control}/_fake/stats", timeout=2).json())
 
+    def control_call(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """GET a /_fake/stats path, POST anything else (faults, reset)."""
+        url = f"http://127.0.0.1:{self.control}{path}"
+        if path.endswith("/stats"):
+            return dict(httpx.get(url, timeout=5).json())
+        return dict(httpx.post(url, json=body or {}, timeout=5).json())
+
 
 @contextmanager
 def fake_server(kind: str, workdir: Path) -> Iterator[Fake]:
@@ -162,6 +169,18 @@ class Sample:
     limit: float = 0.0
     in_flight: float = 0.0
     breaker_opened: float = 0.0
+    # CPU seconds used so far by each watched process (gateway, load generator, IdP).
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used (Linux /proc), None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # from field 3 (state) on
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _breaker_state(metrics: str) -> str:
@@ -181,6 +200,25 @@ class Sampler(threading.Thread):
         self.gateways = gateways
         self.samples: list[Sample] = []
         self._halt = threading.Event()
+        # role -> pids whose CPU time is sampled (summed per role)
+        self.watched: dict[str, list[int]] = {
+            "gateway": [g.proc.pid for g in gateways],
+            "fake IdP": [fake.proc.pid],
+        }
+        self._last_cpu: dict[int, float] = {}
+
+    def watch(self, role: str, pid: int) -> None:
+        self.watched.setdefault(role, []).append(pid)
+
+    def _cpu(self) -> dict[str, float]:
+        out = {}
+        for role, pids in self.watched.items():
+            for pid in pids:
+                used = cpu_seconds(pid)
+                if used is not None:
+                    self._last_cpu[pid] = used
+            out[role] = sum(self._last_cpu.get(pid, 0.0) for pid in pids)
+        return out
 
     def run(self) -> None:
         client = httpx.Client(timeout=2)
@@ -227,6 +265,7 @@ class Sampler(threading.Thread):
                     limit=limit,
                     in_flight=in_flight,
                     breaker_opened=opened,
+                    cpu=self._cpu(),
                 )
             )
             self._halt.wait(0.5)
@@ -308,28 +347,61 @@ class Result:
             "reauths": sum(r.get("reauths", 0) for r in rows),
         }
 
-    def brownout(self, capacity_per_s: float) -> dict[str, Any]:
-        """The IdP's own figures for a capacity-mode run, and what each population got."""
+    def cpu_cores(self) -> dict[str, float]:
+        """Mean CPU cores each watched role used while the clock ran (1.0: one core busy)."""
+        s = [x for x in self.samples if self.started <= x.t <= self.started + self.duration]
+        if len(s) < 2:
+            return {}
+        span = s[-1].t - s[0].t
+        return {
+            role: (s[-1].cpu.get(role, 0.0) - s[0].cpu.get(role, 0.0)) / span for role in s[-1].cpu
+        }
+
+    def brownout(self, capacity_per_s: float, until: float | None = None) -> dict[str, Any]:
+        """The IdP's own figures for a capacity-mode run, and what each population got,
+        from the start of the clock to ``until`` s (the end of the brownout; None: the
+        whole run). Rates are per second of reviews answered (the timeline's rows), so a
+        load generator that started late on a busy machine does not lower them."""
         s = self.samples
         st = self.idp_stats
         served = s[-1].idp_served - s[0].idp_served if s else 0
         wasted = s[-1].idp_wasted - s[0].idp_wasted if s else 0
-        pop = self.totals()["by_population"]
+        end = self.duration if until is None else until
+        rows = [r for r in self.timeline.get("rows", []) if 0 <= r["t"] - self.started < end]
+        seconds = max(1, len(rows))
+        pop: dict[str, int] = {}
+        for r in rows:
+            for k, v in r.get("by_population", {}).items():
+                pop[k] = pop.get(k, 0) + v
         hot = sum(v for k, v in pop.items() if k.startswith("hot/"))
         return {
             "idp_served": served,
-            "idp_utilisation": served / max(1e-9, capacity_per_s * self.duration),
+            "idp_utilisation": served / max(1e-9, capacity_per_s * end),
             "idp_wasted": wasted,
             "idp_wasted_share": wasted / max(1, served),
             "idp_503": st.get("by_status", {}).get("503", 0),
             "queue_wait_p50_ms": st.get("queue_wait_p50_ms"),
             "queue_wait_p99_ms": st.get("queue_wait_p99_ms"),
             "breaker_opened": s[-1].breaker_opened - s[0].breaker_opened if s else 0,
-            "cold_authenticated_per_s": pop.get("cold/authenticated", 0) / self.duration,
-            "cold_offered_per_s": sum(v for k, v in pop.items() if k.startswith("cold/"))
-            / self.duration,
+            "cold_authenticated_per_s": pop.get("cold/authenticated", 0) / seconds,
+            "cold_offered_per_s": sum(v for k, v in pop.items() if k.startswith("cold/")) / seconds,
             "hot_served_share": pop.get("hot/authenticated", 0) / max(1, hot),
+            "reviews_per_s": sum(pop.values()) / seconds,
+            "errors_stop_after_s": None if until is None else self.errors_stop_after(until),
         }
+
+    def errors_stop_after(self, at: float) -> float:
+        """Seconds from ``at`` (an offset) to the end of the last second with an
+        unavailable answer or a 5xx (0: none after ``at``)."""
+        last = 0.0
+        for r in self.timeline.get("rows", []):
+            ends = r["t"] + 1 - self.started
+            bad = r["answers"].get("unavailable", 0) + sum(
+                v for k, v in r["statuses"].items() if k.isdigit() and int(k) >= 500
+            )
+            if ends > at and bad:
+                last = max(last, ends - at)
+        return last
 
 
 def warm_up(gateways: list[GatewayProcess], scenario: Scenario) -> None:
@@ -406,12 +478,13 @@ def run_once(scenario: Scenario, protected: bool, duration: float, workdir: Path
         sampler.start()
         stack.callback(sampler.stop)
         proc, timeline_path = run_locust(scenario, gateways, fake, duration, workdir, tag)
+        sampler.watch("load generator", proc.pid)
         stack.callback(_stop, proc)
         started = time.time()
         marks = play(scenario.steps, started, duration, fake, redis, proc)
         proc.wait(timeout=duration + 60)
         sampler.stop()
-        checks: dict[str, Any] = {}
+        checks: dict[str, Any] = {"load_average": f"{os.getloadavg()[0]:.1f}"}
         if protected and scenario.capacity is not None:
             checks.update(limit_figures(gateways))
         if scenario.cold_probe:
@@ -442,6 +515,12 @@ def limit_figures(gateways: list[GatewayProcess]) -> dict[str, Any]:
         figures["slow_calls"] = figures.get("slow_calls", 0) + int(
             metric_value(text, "authn_gateway_backend_slow_calls_total")
         )
+        calls = metric_value(text, "authn_gateway_backend_call_duration_seconds_count")
+        took = metric_value(text, "authn_gateway_backend_call_duration_seconds_sum")
+        own = metric_value(text, "authn_gateway_backend_call_own_delay_seconds_total")
+        # Per call: as timed by the gateway, and the part that waited for its own loop.
+        figures["call_mean_ms"] = round(1000 * took / calls, 1) if calls else 0.0
+        figures["call_own_delay_mean_ms"] = round(1000 * own / calls, 1) if calls else 0.0
         waits = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_count")
         waited = metric_value(text, "authn_gateway_concurrency_slot_wait_seconds_sum")
         figures["slot_wait_mean_ms"] = round(1000 * waited / waits, 1) if waits else 0.0
@@ -615,8 +694,7 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
     add("review max ms", [_fmt(r.timeline.get("max_ms")) for r in results])
     add("reviews over 30 s", [r.timeline.get("late", "?") for r in results])
     if scenario.capacity is not None:
-        capacity = mean_capacity(scenario)
-        figures = [r.brownout(capacity) for r in results]
+        figures = [brownout_figures(scenario, r) for r in results]
         add("IdP served (capacity mode)", [f["idp_served"] for f in figures])
         add(
             "  share of the IdP's capacity",
@@ -638,7 +716,27 @@ def summary_rows(scenario: Scenario, results: list[Result]) -> list[tuple[str, .
             ],
         )
         add("hot reviews authenticated", [f"{100 * f['hot_served_share']:.1f} %" for f in figures])
-    keys = sorted({k for r in results for k in r.checks})
+        add(
+            "reviews answered/s (during the brownout)",
+            [f"{f['reviews_per_s']:.0f}" for f in figures],
+        )
+        if brownout_end(scenario) is not None:
+            reset = scenario.backend.get("breaker", {}).get("reset_timeout_seconds", 10.0)
+            add(
+                f"errors stop after it ends (reset period {reset:g} s)",
+                [
+                    "-" if f["errors_stop_after_s"] is None else f"{f['errors_stop_after_s']:.0f} s"
+                    for f in figures
+                ],
+            )
+    cpus = [r.cpu_cores() for r in results]
+    for role in sorted({k for c in cpus for k in c}):
+        add(f"CPU cores used: {role}", [f"{c.get(role, 0.0):.2f}" for c in cpus])
+    add(
+        "machine load average (1 min, at the end)",
+        [r.checks.get("load_average", "-") for r in results],
+    )
+    keys = sorted({k for r in results for k in r.checks} - {"load_average"})
     for k in keys:
         add(k.replace("_", " "), [r.checks.get(k, "-") for r in results])
     return rows
@@ -648,17 +746,40 @@ def _pct_or_dash(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f} %"
 
 
+def brownout_end(scenario: Scenario) -> float | None:
+    """The fraction of the run at which capacity mode ends (None: it lasts the run)."""
+    for step in scenario.steps:
+        if (
+            step.faults is not None
+            and "capacity" in step.faults
+            and step.faults["capacity"] is None
+        ):
+            return step.at
+    return None
+
+
 def mean_capacity(scenario: Scenario) -> float:
-    """The fake IdP's capacity (calls/s) averaged over the run, through its steps."""
+    """The fake IdP's capacity (calls/s) averaged over the brownout, through its steps."""
     assert scenario.capacity is not None
+    stop = brownout_end(scenario) or 1.0
     level, since, total = float(scenario.capacity), 0.0, 0.0
     for step in scenario.steps:
         new = (step.faults or {}).get("capacity")
-        if new is not None:
+        if new is not None and step.at < stop:
             total += level * (step.at - since)
             level, since = float(new), step.at
-    total += level * (1.0 - since)
-    return total / scenario.service_time
+    total += level * (stop - since)
+    return total / stop / scenario.service_time
+
+
+def brownout_figures(scenario: Scenario, res: Result) -> dict[str, Any]:
+    end = brownout_end(scenario)
+    if end is None:
+        return res.brownout(mean_capacity(scenario))
+    # The end as it happened (the step's mark), else as scheduled.
+    label = next(s.label for s in scenario.steps if s.at == end)
+    at = next((t for t, lbl in res.marks if lbl == label), end * res.duration)
+    return res.brownout(mean_capacity(scenario), until=at)
 
 
 def _fmt(v: Any) -> str:
@@ -839,8 +960,35 @@ def _shrink(path: Path) -> None:
 # ---- main ----------------------------------------------------------------------------
 
 
+def run_direct(scenario: Scenario, seconds: float, workdir: Path) -> dict[str, dict[str, Any]]:
+    """The brownout's direct-client reference on a fresh fake IdP (see loadtests/direct.py)."""
+    from loadtests.direct import compare
+
+    assert scenario.capacity is not None
+    print(f"== {scenario.name}: direct-client reference, {seconds:.0f} s per variant", flush=True)
+    with fake_server(scenario.idp, workdir) as fake:
+        return compare(
+            f"http://127.0.0.1:{fake.port}/userinfo",
+            fake.control_call,
+            scenario.capacity,
+            scenario.service_time,
+            seconds,
+        )
+
+
+def direct_rows(figures: dict[str, dict[str, Any]], capacity: float) -> list[tuple[str, ...]]:
+    from loadtests.direct import rows
+
+    return rows(figures, capacity)
+
+
 def run_scenario(
-    scenario: Scenario, duration: float, modes: list[str], out: Path, workdir: Path
+    scenario: Scenario,
+    duration: float,
+    modes: list[str],
+    out: Path,
+    workdir: Path,
+    direct_seconds: float = 15.0,
 ) -> dict[str, Any]:
     results = []
     backend = {**scenario.backend}
@@ -854,6 +1002,14 @@ def run_scenario(
     table = print_table(rows)
     factor = protection_factor(results)
     print(f"\n{scenario.name}: {scenario.summary}\n{table}")
+    direct = None
+    if scenario.direct_reference and direct_seconds > 0:
+        direct = run_direct(scenario, direct_seconds, workdir)
+        print(
+            "\nreference: a client calling the same brownout IdP directly "
+            f"({direct_seconds:.0f} s each; loadtests/direct.py)\n"
+            + print_table(direct_rows(direct, scenario.capacity / scenario.service_time))
+        )
     per_review = protection_factor(results, per_review=True)
     if factor is not None:
         print(f"protection factor (IdP calls pass-through / gateway): {factor:.1f}")
@@ -874,6 +1030,7 @@ def run_scenario(
         "protection_factor_per_review": per_review,
         "protection_factor_during_faults": during,
         "table": table,
+        "direct_reference": direct,
         "results": [
             {
                 "mode": r.mode,
@@ -882,7 +1039,7 @@ def run_scenario(
                 "checks": r.checks,
                 "marks": r.marks,
                 "brownout": (
-                    r.brownout(mean_capacity(scenario)) if scenario.capacity is not None else None
+                    brownout_figures(scenario, r) if scenario.capacity is not None else None
                 ),
             }
             for r in results
@@ -908,6 +1065,12 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=Path("loadtest-results"), help="PNG/JSON directory"
     )
     parser.add_argument(
+        "--direct-seconds",
+        type=float,
+        default=15.0,
+        help="per variant of the brownout's direct-client reference (15; 0: skip it)",
+    )
+    parser.add_argument(
         "--keep", type=Path, help="keep the processes' logs in this directory (default: removed)"
     )
     args = parser.parse_args(argv)
@@ -930,7 +1093,9 @@ def main(argv: list[str] | None = None) -> int:
 
                 scenario = replace(scenario, **changes)
             try:
-                run_scenario(scenario, args.duration, modes, args.out, Path(tmp))
+                run_scenario(
+                    scenario, args.duration, modes, args.out, Path(tmp), args.direct_seconds
+                )
             except Exception as exc:
                 traceback.print_exc()
                 print(f"{name}: FAILED: {exc}", file=sys.stderr, flush=True)

@@ -50,6 +50,9 @@ class Scenario:
     # Poisson arrivals per user (a smooth offered rate) instead of constant throughput,
     # whose users all start together and review in waves.
     poisson: bool = False
+    # Brownout: also run loadtests/direct.py (a client calling the IdP directly) as the
+    # reference the gateway's figures are read against.
+    direct_reference: bool = False
 
 
 _BREAKER = {"breaker": {"fail_max": 5, "reset_timeout_seconds": 5.0, "half_open_probes": 1}}
@@ -182,7 +185,10 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "brownout",
-            "the IdP serves 80 calls/s (4 at once, 50 ms each, FIFO); 300 reviews/s, 30 % cold",
+            "the IdP serves 80 calls/s (4 at once, 50 ms each, FIFO) until 80 % of the run; "
+            "300 reviews/s, 30 % cold",
+            steps=(Step(0.8, "brownout ends", {"capacity": None}),),
+            direct_reference=True,
             **_BROWNOUT,  # type: ignore[arg-type]
         ),
         Scenario(

@@ -562,7 +562,7 @@ async def test_a_server_that_never_answers_times_out_without_blocking_the_loop(
         finally:
             task.cancel()
             await backend.close()
-    assert outcome == Unavailable("timed out")
+    assert outcome == Unavailable("timed out", timed_out=True)
     # The 0.5 s wait happened in a worker thread: the event loop kept running.
     assert ticks >= 5
 

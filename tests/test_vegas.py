@@ -149,3 +149,48 @@ def test_a_brownout_after_a_fast_period_is_rebaselined_within_a_probe_interval()
     run(limit, clock, capacity=4, service=0.05, seconds=s.probe_interval + 5)
     assert limit.base_rtt is not None and limit.base_rtt >= 0.0499
     assert_near_capacity(settled(limit, clock, 4, 0.05), 4, s)
+
+
+def test_a_few_ms_of_the_callers_own_delay_on_a_fast_idp_does_not_shrink_the_limit() -> None:
+    # After a brownout ends the IdP answers in 1 ms; the caller's own work adds half a
+    # ms per call in flight, which at 20 in flight reads as "14 calls queued" against
+    # the probe's baseline (taken at a quarter of the limit) to the bare Vegas rule.
+    def drive(limit: VegasLimit, clock: Clock) -> None:
+        for _ in range(4000):
+            clock.now += 0.005
+            limit.sample(0.001 + 0.0005 * limit.limit, in_flight=limit.limit)
+
+    clock = Clock()
+    floored = VegasLimit(VegasSettings(initial=20, negligible_delay=0.05), clock)
+    drive(floored, clock)
+    assert floored.limit >= 20
+    bare = VegasLimit(VegasSettings(initial=20), clock)
+    drive(bare, clock)
+    assert bare.limit < 20  # the control: without the floor it shrinks
+
+
+def test_queueing_past_the_negligible_delay_still_holds_the_limit_near_capacity() -> None:
+    clock = Clock()
+    s = VegasSettings(negligible_delay=0.05)
+    limit = VegasLimit(s, clock)
+    run(limit, clock, capacity=4, service=0.05, seconds=60)
+    seen = settled(limit, clock, 4, 0.05)
+    # A queue worth 50 ms more is about 4 calls at 80/s: a few more than without it.
+    assert min(seen) >= 5 and max(seen) <= 4 + s.beta + 6, seen
+
+
+def test_slots_held_by_answers_the_caller_has_not_read_do_not_grow_the_limit() -> None:
+    # A starved caller: every slot is full, but the IdP held a third of each call's
+    # time (the rest its answer waited unread). The latency shows no queue.
+    clock = Clock()
+    limit = VegasLimit(VegasSettings(initial=12, probe_interval=1e9), clock)
+    for _ in range(2000):
+        clock.now += 0.01
+        limit.sample(0.05, in_flight=limit.limit, at_idp=limit.limit / 3)
+    assert limit.limit == 12
+    # The control: the same calls all held by the IdP grow it.
+    grown = VegasLimit(VegasSettings(initial=12, probe_interval=1e9), clock)
+    for _ in range(2000):
+        clock.now += 0.01
+        grown.sample(0.05, in_flight=grown.limit)
+    assert grown.limit > 12

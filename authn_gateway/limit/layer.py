@@ -40,9 +40,15 @@ class ConcurrencyLayer(Layer):
         try:
             verdict = await self.inner.review(token, audiences, deadline)
             outcome = verdict.outcome
-            # A failure or timeout is a drop; a call held back below was never sent.
-            dropped = isinstance(outcome, Unavailable) and not isinstance(outcome, HeldBack)
-            self.limiter.release(slot, verdict.call_seconds, dropped)
+            # A failure or timeout is a drop; a call held back below was never sent, and
+            # one that timed out waiting for our own loop says nothing about the IdP.
+            dropped = isinstance(outcome, Unavailable) and outcome.blames_idp
+            rtt = verdict.call_seconds
+            if rtt is not None:
+                # The whole time on the wire: whether or not the answer waited for our
+                # loop, a queue at the IdP must show (the safe side for the IdP).
+                rtt += verdict.unread_seconds
+            self.limiter.release(slot, rtt, dropped)
         finally:
             if not slot.done:
                 self.limiter.release(slot, rtt=None)  # cancelled: nothing learnt

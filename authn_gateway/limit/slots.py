@@ -150,7 +150,11 @@ class ConcurrencyLimiter:
         slot.done = True
         self.in_flight -= 1
         if rtt is not None:
-            self.algorithm.sample(rtt, slot.in_flight, dropped)
+            # The share of its slot's time the call spent at the IdP (Little's law: of
+            # the calls in flight, the IdP held that share).
+            held = self._now() - slot.started
+            share = min(1.0, rtt / held) if held > 0 else 1.0
+            self.algorithm.sample(rtt, slot.in_flight, dropped, slot.in_flight * share)
         self._dispatch()
 
     def expire(self) -> None:

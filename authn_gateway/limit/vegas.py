@@ -58,6 +58,11 @@ class VegasSettings:
     max_window: float = 1.0
     base_horizon: float = 30.0
     probe_interval: float = 5.0
+    # Extra latency (window mean over the no-load latency) too small to matter to any
+    # review: the limit does not shrink for it (the gateway sets 2 % of the call
+    # timeout). Without it, an IdP answering in 1 ms looks "queued 10x" from a few ms
+    # of the gateway's own jitter, and the limit fell to 4 after a brownout ended.
+    negligible_delay: float = 0.0
 
 
 @dataclass
@@ -66,6 +71,8 @@ class _Window:
     samples: int = 0
     rtt_sum: float = 0.0
     max_in_flight: int = 0
+    # Of those, the most the IdP itself held (the rest: answers the caller had not read).
+    max_at_idp: float = 0.0
     dropped: bool = False
     # Probe windows count only the calls sent within the probe's (halved) limit.
     probe_limit: int | None = None
@@ -111,15 +118,20 @@ class VegasLimit:
         """The last window's mean latency: how long a call takes now."""
         return self._recent_rtt
 
-    def sample(self, rtt: float, in_flight: int, dropped: bool = False) -> None:
+    def sample(
+        self, rtt: float, in_flight: int, dropped: bool = False, at_idp: float | None = None
+    ) -> None:
         """One finished call: its latency (s), the calls in flight when it started
-        (itself included), and whether it failed or timed out."""
+        (itself included), and whether it failed or timed out. ``at_idp``: how many of
+        those calls the IdP itself held (default all; fewer when the caller's own loop
+        held their answers unread)."""
         w = self._window
         now = self._clock()
         probing = w.probe_limit is not None
         if not probing or (in_flight <= (w.probe_limit or 0) and not dropped):
             w.samples += 1
             w.max_in_flight = max(w.max_in_flight, in_flight)
+            w.max_at_idp = max(w.max_at_idp, in_flight if at_idp is None else at_idp)
             w.dropped = w.dropped or dropped
             if not dropped:
                 w.rtt_sum += rtt
@@ -172,6 +184,17 @@ class VegasLimit:
         if w.max_in_flight * 2 < self._limit:
             return
         queue = w.max_in_flight * (1 - base / mean) if mean > 0 else 0.0
+        if mean - base < s.negligible_delay:
+            # Whatever waits costs the reviews nothing yet: never shrink for it. Grow
+            # only as the estimate says (taking it for "nothing queues" grew the limit
+            # by beta per window into a 20-call queue: queue-wait p99 335 ms).
+            queue = min(queue, s.beta)
+        if queue < s.alpha and w.max_at_idp * 2 < self._limit:
+            # The slots are full but the IdP held few of them: the rest were answers
+            # our own starved loop had not read. More slots would not reach the IdP
+            # sooner, only burst into its queue once the loop catches up (measured: a
+            # limit of 30 with the IdP idle, then a 20-call queue).
+            return
         if queue < 1:
             # Nothing queues at the IdP: far from its capacity, grow as Vegas does.
             self._limit = min(s.max_limit, self._limit + s.beta)
