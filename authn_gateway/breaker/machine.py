@@ -30,7 +30,7 @@ import pybreaker
 from backends.base import Outcome, Unavailable
 
 from .memory import LocalProbePermits, MemoryOverrides
-from .override import Forced, Override, Overrides
+from .override import Forced, Overridden, Override, Overrides
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ _NORMAL = Admission(permit=None)
 _PROBE = Admission(permit="probe?")  # internal: half-open, a probe permit is needed
 
 
-class Breaker:
+class Breaker(Overridden):
     def __init__(
         self,
         name: str,
@@ -245,14 +245,6 @@ class Breaker:
                     window.clear()
         if self._on_transition is not None:
             self._on_transition(self.name, old, new)
-
-    def forced(self) -> Forced | None:
-        return self.overrides.current(self.name)
-
-    @property
-    def override(self) -> Override:
-        forced = self.overrides.current(self.name)
-        return forced.override if forced is not None else Override.NONE
 
     @property
     def state(self) -> str:

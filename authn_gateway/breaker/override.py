@@ -81,6 +81,22 @@ class Overrides(Protocol):
         ...
 
 
+class Overridden:
+    """The operator's override of one breaker (``name``), read from its store: shared
+    by the in-process breaker and the fleet one."""
+
+    name: str
+    overrides: Overrides
+
+    def forced(self) -> Forced | None:
+        return self.overrides.current(self.name)
+
+    @property
+    def override(self) -> Override:
+        forced = self.overrides.current(self.name)
+        return forced.override if forced is not None else Override.NONE
+
+
 def replica_view(replica: str, gates: Mapping[str, CallGate], shared: bool) -> dict[str, Any]:
     """One replica's view of its breakers, as ``GET /admin/breakers`` lists it."""
     now = time.time()

@@ -52,7 +52,7 @@ from .machine import (
     FailureRate,
     SlowCalls,
 )
-from .override import Forced, Override, renewed, replica_view
+from .override import Forced, Overridden, Override, renewed, replica_view
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class RedisOverrides:
                 self._spawn(self.put(backend, forced.override, remaining, forced.by))
 
 
-class FleetBreaker:
+class FleetBreaker(Overridden):
     """The :class:`Breaker` interface over the fleet's state in Redis."""
 
     def __init__(
@@ -227,14 +227,6 @@ class FleetBreaker:
         self._opened_at = 0.0
 
     # ---- state -------------------------------------------------------------------
-    def forced(self) -> Forced | None:
-        return self.overrides.current(self.name)
-
-    @property
-    def override(self) -> Override:
-        forced = self.overrides.current(self.name)
-        return forced.override if forced is not None else Override.NONE
-
     @property
     def state(self) -> str:
         override = self.override
