@@ -720,8 +720,14 @@ async def test_junk_at_the_inbound_ceiling_never_fails_a_cached_user(
     over = [a for a in refused if a.get("error") == "idp: caller exceeded its review rate"]
     assert len(over) > 300
     # Only the junk the caller's rate allowed reached the IdP (plus, maybe, the known
-    # user's refresh once its 1 s TTL ran out).
-    assert fake_idp.stats().by_status.get(401, 0) == len(refused) - len(over) < 100
+    # user's refresh once its 1 s TTL ran out): each such call is one 401 and one plain
+    # refusal. Junk the rate allowed may also meet the adaptive concurrency limit during
+    # the storm, and is then refused by the gateway without any call.
+    rejected_by_idp = [a for a in refused if "error" not in a]
+    held_back = [a for a in refused if a not in over and "error" in a]
+    assert all("IdP saturated" in a["error"] for a in held_back), held_back
+    assert fake_idp.stats().by_status.get(401, 0) == len(rejected_by_idp) < 100
+    assert len(rejected_by_idp) + len(held_back) + len(over) == len(refused)
     # A known user whose entry went stale mid-storm may be refused a refresh too: it
     # is then served stale, as above, so at least the junk's refusals are counted.
     assert metric(gw, "authn_gateway_limiter_refusals_total", limiter="inbound") >= len(over)
