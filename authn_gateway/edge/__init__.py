@@ -21,7 +21,7 @@ uvicorn's httptools protocol, plus what a port reachable by anyone needs:
   nothing before it on the connection is offered to ``answer_at_once`` (the review
   endpoint's cache-hit path) before any task is made for it; what that does not
   answer goes through ASGI as usual;
-- **TLS done here**: the handshake runs in ``loop.start_tls`` with whichever server
+- **TLS done here**: the handshake runs in asyncio's ``SSLProtocol`` with whichever server
   context is current (so certificate *and* client CA reloads apply to new
   connections), and its failures are counted by reason and logged, rate-limited.
 
