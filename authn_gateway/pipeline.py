@@ -15,7 +15,8 @@ each can be read and tested alone; docs/architecture.md has the picture.
 
 :meth:`Pipeline.review_now` is the same path for the answers that need no waiting:
 the local rejections, and a target that can answer at once (``review_now``: the cache
-layer's fresh local entries). It answers or returns None having counted nothing.
+layer's fresh local entries, through the chain and the audience check). It answers
+or returns None having counted nothing.
 """
 
 from __future__ import annotations

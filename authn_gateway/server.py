@@ -29,7 +29,7 @@ from .app import GatewayApp, Receive, Scope, Send
 from .callerauth import CERT_NAMES_KEY
 from .config import ConfigError, GatewayConfig
 from .edge import EdgeLimits, GatewayHttpProtocol
-from .edge_metrics import EdgeCollector
+from .edge.metrics import EdgeCollector
 from .gateway import Gateway
 from .logsetup import configure_logging
 from .reloader import Reloader
@@ -219,7 +219,7 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
         front = ReviewOnly(app)
     elif s.callers_must_authenticate:
         front = CallersOnly(app)
-    # Cache hits are answered by the protocol without a task (edge.py).
+    # Cache hits are answered by the protocol without a task (edge/protocol.py).
     edge.answer_at_once = front.answer_at_once
     review_server = uvicorn.Server(_uvicorn_config(front, config, edge))
     ops_server: _OpsServer | None = None

@@ -7,7 +7,10 @@
 4. the cost of a cache miss over the IdP's own latency;
 5. memory per cached entry at 100,000 entries;
 
-and then each figure against issue 19's targets.
+and then each figure against issue 19's targets. With ``--tls``, instead, only the cost
+of TLS (issue 16: the edge runs handshakes and records through asyncio's SSLProtocol):
+the same gateway with ``server.tls`` (a self-signed certificate, no client CA: wrk
+presents no client certificate) against it over plain HTTP, wrk over https.
 
 wrk drives the load (64 connections, one thread, a Lua script posting a TokenReview),
 pinned to core 1 while the server is pinned to core 0 (the two-worker gateway and its
@@ -18,11 +21,14 @@ Figures are printed, never asserted: they depend on the machine and on what else
 on it.
 
     python -m loadtests.bench [--seconds 10] [--rounds 3] [--connections 64] [--json out.json]
+    python -m loadtests.bench --tls [--seconds 10] [--rounds 3] [--connections 64]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import ipaddress
 import json
 import os
 import re
@@ -40,6 +46,10 @@ from typing import Any
 
 import httpx
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.support.procs import free_port, review_body, wait_for_port
 
@@ -99,11 +109,12 @@ def run_wrk(
     workdir: Path,
     core: str = "1",
     threads: int = 1,
+    scheme: str = "http",
 ) -> WrkResult:
     script = workdir / "review.lua"
     script.write_text(LUA % json.dumps(review_body(HOT_TOKEN)))
     base = ["wrk", f"-t{threads}", f"-c{connections}", "-s", str(script), "--latency"]
-    url = f"http://127.0.0.1:{port}"
+    url = f"{scheme}://127.0.0.1:{port}"
     # A short warm-up first: connection set-up, the cache entry, the JIT-less warm caches.
     subprocess.run(pinned(core, [*base, "-d2s", url]), capture_output=True, check=True)
     out = subprocess.run(
@@ -158,10 +169,10 @@ def base_config(idp_url: str, **backend: Any) -> dict[str, Any]:
     }
 
 
-def warm(port: int) -> None:
-    r = httpx.post(
-        f"http://127.0.0.1:{port}/authenticate?timeout=30s", json=review_body(HOT_TOKEN), timeout=10
-    )
+def warm(port: int, scheme: str = "http") -> None:
+    url = f"{scheme}://127.0.0.1:{port}/authenticate?timeout=30s"
+    # The benchmark's own self-signed certificate: nothing to verify it against.
+    r = httpx.post(url, json=review_body(HOT_TOKEN), timeout=10, verify=False)
     if '"authenticated":true' not in r.text.replace(" ", ""):
         raise RuntimeError(f"warm-up review was not authenticated: {r.status_code} {r.text[:200]}")
 
@@ -175,6 +186,7 @@ class Server:
     # Where its wrk runs, and with how many threads.
     wrk_core: str = "1"
     wrk_threads: int = 1
+    scheme: str = "http"
 
 
 LOCAL = "gateway, local cache"
@@ -183,6 +195,8 @@ REDIS = "gateway, Redis tier"
 TWO = "gateway, 2 workers (cores 0-1)"
 STARLETTE = "bare starlette"
 RAW = "raw ASGI + orjson"
+PLAIN = "gateway, plain HTTP"
+TLS = "gateway, TLS (asyncio SSL)"
 
 
 def servers(workdir: Path, idp_url: str, redis_url: str | None) -> list[Server]:
@@ -212,12 +226,55 @@ def servers(workdir: Path, idp_url: str, redis_url: str | None) -> list[Server]:
     return out
 
 
+def self_signed(workdir: Path) -> tuple[Path, Path]:
+    """A server certificate for 127.0.0.1 (EC P-256, what cert-manager issues by default)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = workdir / "tls.crt", workdir / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def tls_servers(workdir: Path, idp_url: str) -> list[Server]:
+    """The same gateway twice: over plain HTTP, and with ``server.tls``."""
+    cert_file, key_file = self_signed(workdir)
+    tls = {"tls": {"cert_file": str(cert_file), "key_file": str(key_file)}}
+    out = []
+    for i, (name, server, scheme) in enumerate(((PLAIN, {}, "http"), (TLS, tls, "https"))):
+        port = free_port()
+        config = {**base_config(idp_url), "server": server}
+        cmd = gateway_cmd(config, port, workdir, f"gw-tls-{i}")
+        out.append(Server(name, cmd, port, True, scheme=scheme))
+    return out
+
+
 def throughput(
     seconds: float,
     connections: int,
     workdir: Path,
-    idp_url: str,
-    redis_url: str | None,
+    chosen: list[Server],
     rounds: int,
 ) -> tuple[list[list[WrkResult]], str | None]:
     """``rounds`` lists of results, every server measured once per round."""
@@ -225,12 +282,12 @@ def throughput(
     notes = []
     with ExitStack() as stack:
         running = []
-        for server in servers(workdir, idp_url, redis_url):
+        for server in chosen:
             slug = re.sub(r"\W+", "-", server.name)
             try:
                 stack.enter_context(process(server.cmd, server.port, workdir / f"{slug}.log"))
                 if server.gateway:
-                    warm(server.port)
+                    warm(server.port, server.scheme)
             except RuntimeError as exc:
                 notes.append(f"{server.name} not measured: {str(exc).splitlines()[-1][:300]}")
                 continue
@@ -248,6 +305,7 @@ def throughput(
                         workdir,
                         core=server.wrk_core,
                         threads=server.wrk_threads,
+                        scheme=server.scheme,
                     )
                 )
     for result in results:
@@ -392,6 +450,50 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def tls_cost(args: argparse.Namespace, workdir: Path, idp_url: str) -> int:
+    """Print the gateway's cache-hit figures over https against plain HTTP, side by side."""
+    rounds, notes = throughput(
+        args.seconds, args.connections, workdir, tls_servers(workdir, idp_url), args.rounds
+    )
+    if notes or len(rounds[0]) < 2:
+        print(notes or "a gateway was not measured", file=sys.stderr)
+        return 1
+    rows = [["server (1 worker, core 0)", "reviews/s", "p50 ms", "p99 ms", "errors"]]
+    results = median_results(rounds)
+    for r in results:
+        rows.append([r.name, f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", str(r.errors)])
+    print(
+        f"\ncache hits, wrk -t1 -c{args.connections} -d{args.seconds:g}s (core 1), "
+        f"keep-alive (one handshake per connection), medians of {args.rounds} rounds"
+    )
+    print(table(rows))
+    figures = {
+        "tls_over_plain_rps": median_ratio(rounds, TLS, PLAIN),
+        "tls_over_plain_p99": median_ratio(rounds, TLS, PLAIN, "p99_ms"),
+        "best_tls_over_best_plain_rps": best_ratio(rounds, TLS, PLAIN),
+        "best_tls_over_best_plain_p99": best_ratio(rounds, TLS, PLAIN, "p99_ms"),
+    }
+    plain_us, tls_us = (1e6 / r.rps for r in results)
+    # The server's core is saturated, so the time per review is what it costs there.
+    figures["tls_us_per_review"] = tls_us - plain_us
+    print(
+        f"\nTLS / plain: throughput {figures['tls_over_plain_rps']:.2f} x, "
+        f"p99 {figures['tls_over_plain_p99']:.2f} x (median of the per-round ratios); "
+        f"best round over best {figures['best_tls_over_best_plain_rps']:.2f} x and "
+        f"{figures['best_tls_over_best_plain_p99']:.2f} x; "
+        f"{figures['tls_us_per_review']:.1f} us more per review on the gateway's core"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"machine": machine(), "throughput": [asdict(r) for r in results],
+                 "rounds": [[asdict(r) for r in rr] for rr in rounds], "tls": figures},
+                indent=1,
+            )
+        )  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Cache-hit, cache-miss and memory benchmarks.")
     parser.add_argument("--seconds", type=float, default=10.0, help="wrk run length (10)")
@@ -401,8 +503,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis tier")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--tls", action="store_true", help="only the cost of TLS: the gateway over https vs http"
+    )
     args = parser.parse_args(argv)
-    for tool in ("wrk", *(() if args.no_redis else ("redis-server",))):
+    for tool in ("wrk", *(() if args.no_redis or args.tls else ("redis-server",))):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed (Debian package {tool.split('-')[0]})", file=sys.stderr)
             return 2
@@ -416,16 +521,17 @@ def main(argv: list[str] | None = None) -> int:
         stack.enter_context(process(pinned(1, idp_cmd), idp_port, workdir / "idp.log"))
         idp_url = f"http://127.0.0.1:{idp_port}/userinfo"
         redis_url = None
-        if not args.no_redis:
+        if not (args.no_redis or args.tls):
             rport = free_port()
             redis_cmd = ["redis-server", "--port", str(rport), "--bind", "127.0.0.1"]
             redis_cmd += ["--save", "", "--appendonly", "no"]
             stack.enter_context(process(pinned(1, redis_cmd), rport, workdir / "redis.log"))
             redis_url = f"redis://127.0.0.1:{rport}/0"
 
-        rounds, notes = throughput(
-            args.seconds, args.connections, workdir, idp_url, redis_url, args.rounds
-        )
+        if args.tls:
+            return tls_cost(args, workdir, idp_url)
+        chosen = servers(workdir, idp_url, redis_url)
+        rounds, notes = throughput(args.seconds, args.connections, workdir, chosen, args.rounds)
         results = median_results(rounds)
         rows = [["server (1 worker, core 0)", "reviews/s", "p50 ms", "p99 ms", "errors",
                  "x starlette", "x raw", "p99 / raw p99"]]  # fmt: skip

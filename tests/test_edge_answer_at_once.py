@@ -1,4 +1,4 @@
-"""Cache hits answered by the HTTP protocol itself (edge.py ``answer_at_once``), over raw
+"""Cache hits answered by the HTTP protocol itself (edge/protocol.py ``answer_at_once``), over raw
 sockets to a real ``authn-gateway serve`` process: the same bytes as the ASGI path, the
 same order among pipelined requests, ``Connection: close`` honoured, the same log lines
 and metrics, and the IdP asked once."""

@@ -5,6 +5,7 @@ Figures are printed by the harness, never asserted here (2 shared cores).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -314,3 +315,29 @@ def test_the_parked_connection_measurement_runs_as_documented() -> None:
     assert result.returncode == 0, result.stderr
     assert "50 silent connections: +" in result.stdout
     assert "50 unfinished 16 KiB heads: +" in result.stdout
+
+
+def test_the_tls_benchmark_runs_as_documented(tmp_path: Path) -> None:
+    # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.bench --tls`.
+    if shutil.which("wrk") is None:
+        pytest.fail("wrk is not installed (Debian package wrk)")
+    out = tmp_path / "tls.json"
+    cmd = [sys.executable, "-m", "loadtests.bench", "--tls", "--seconds", "1", "--rounds", "1"]
+    result = subprocess.run(
+        [*cmd, "--connections", "4", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| gateway, TLS (asyncio SSL) |" in result.stdout
+    assert "TLS / plain: throughput " in result.stdout
+    doc = json.loads(out.read_text())
+    # Every review over https was answered 2xx: wrk counts anything else as an error.
+    assert [(r["name"], r["errors"]) for r in doc["throughput"]] == [
+        ("gateway, plain HTTP", 0),
+        ("gateway, TLS (asyncio SSL)", 0),
+    ]
+    assert all(r["rps"] > 0 for r in doc["throughput"])
+    assert doc["tls"]["tls_over_plain_rps"] > 0

@@ -118,13 +118,27 @@ class CacheLayer(Layer):
     def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
         """A fresh entry of the in-process tier, counted as a hit; else None, counted as
         nothing (the caller then awaits :meth:`review`). The cache-hit fast path."""
+        found = self.look_now(token, audiences)
+        if found is None:
+            return None
+        verdict, count = found
+        count()
+        return verdict
+
+    def look_now(
+        self, token: str, audiences: tuple[str, ...]
+    ) -> tuple[Verdict, Callable[[], None]] | None:
+        """:meth:`review_now`'s verdict and what counts it, not yet counted: for a caller
+        (the chain) that may still take the awaited path, which counts it then."""
         key = self.hasher.cache_key(self.namespace, token, audiences)
         now = self.clock()
         entry = self.cache.peek(key, now)
         if entry is None or now >= entry.fresh_until:
             return None
-        (self._hit if entry.positive else self._negative_hit).inc()
-        return Verdict(entry.outcome, self.name, cached=True)
+        return (
+            Verdict(entry.outcome, self.name, cached=True),
+            (self._hit if entry.positive else self._negative_hit).inc,
+        )
 
     def _stale_first(self, key: bytes) -> bool:
         if self.revalidate or key in self._refreshing:

@@ -1,7 +1,7 @@
 """The HTTP edge's metrics: connections, cut-offs, TLS handshakes and certificate expiry.
 
 The edge outlives config reloads (each reload builds a new gateway with a new
-registry), so its counts live in :class:`~.edge.EdgeStats` and this collector, added
+registry), so its counts live in :class:`~.limits.EdgeStats` and this collector, added
 to every gateway's registry, reads them at scrape time.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .edge import EdgeLimits
-from .metrics import PREFIX
-from .tls import ServerTLS
+from ..metrics import PREFIX
+from ..tls import ServerTLS
+from .limits import EdgeLimits
 
 
 class EdgeCollector(Collector):

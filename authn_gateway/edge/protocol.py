@@ -1,212 +1,34 @@
-"""The HTTP/1.1 connection as a hostile client meets it.
-
-uvicorn's httptools protocol, plus what a port reachable by anyone needs:
-
-- **bounds in number and time**: at most ``max_connections`` open (more are closed at
-  once and counted); a head must be complete within ``header_timeout`` and a body
-  within ``body_timeout`` of its head; a TLS handshake within ``header_timeout``;
-- **bounds in bytes per request**: the request line plus headers, counted per
-  request (pipelined requests each get the whole limit), and an unfinished head
-  costs at most ``max_header_bytes`` plus one read slice of parser buffer;
-- **lingering close**: when the gateway ends a connection (an answer before the body
-  was read, ``Connection: close``, a drain) it sends its answer, half-closes, and reads
-  and discards what the client still sends for a bounded time and amount, the way
-  nginx does, so the client reads the answer instead of a reset;
-- **no trailers, no upgrades**: chunked trailers never reach the headers, and
-  ``Upgrade`` (h2c, websocket) is ignored, the body read as for any request;
-- **graceful drain**: on shutdown every connection gets the answer to its current or
-  next request with ``Connection: close``; idle ones wait ``drain_idle_seconds`` for
-  one, then close cleanly;
-- **answers at once**: a request that arrives whole (head and body in one read) with
-  nothing before it on the connection is offered to ``answer_at_once`` (the review
-  endpoint's cache-hit path) before any task is made for it; what that does not
-  answer goes through ASGI as usual;
-- **TLS done here**: the handshake runs in ``loop.start_tls`` with whichever server
-  context is current (so certificate *and* client CA reloads apply to new
-  connections), and its failures are counted by reason and logged, rate-limited.
-
-See docs/decisions.md ("The HTTP edge: uvicorn, extended") for why this extends
-uvicorn instead of replacing it.
-"""
+"""The edge's protocol: uvicorn's httptools protocol with the bounds, lingering close,
+answers at once and TLS handshakes described in :mod:`authn_gateway.edge`."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
-import time
 from asyncio import sslproto
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .callerauth import CALLER_KEY, CERT_NAMES_KEY
-from .tls import certificate_names
-from .tokenreview import render_error
-
-log = logging.getLogger(__name__)
+from ..callerauth import CALLER_KEY, CERT_NAMES_KEY
+from ..tls import certificate_names
+from .answers import OkFramer, error_reply
+from .cycle import ClosingTransport, Cycle
+from .handshake import QUIET_REASONS, handshake_reason
+from .limits import EdgeLimits
 
 # Data is fed to the parser in slices of this size, so an unfinished head is measured
 # to within one slice wherever it starts in a read (pipelining), and httptools never
 # buffers more than max_header_bytes + READ_SLICE of it.
 READ_SLICE = 4096
 
-# Reasons a handshake failed, as Prometheus label values (a fixed set: labels must
-# not grow with what clients send).
-_HANDSHAKE_REASONS = {
-    "CERTIFICATE_VERIFY_FAILED": "bad_client_certificate",
-    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "no_client_certificate",
-    "UNSUPPORTED_PROTOCOL": "protocol_version",
-    "TLSV1_ALERT_PROTOCOL_VERSION": "protocol_version",
-    "WRONG_VERSION_NUMBER": "not_tls",
-    "HTTP_REQUEST": "not_tls",
-    "HTTPS_PROXY_REQUEST": "not_tls",
-    "NO_SHARED_CIPHER": "no_shared_cipher",
-    "TLSV1_ALERT_UNKNOWN_CA": "client_refused_server_certificate",
-    "SSLV3_ALERT_BAD_CERTIFICATE": "client_refused_server_certificate",
-    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "client_refused_server_certificate",
-    "TLSV1_ALERT_DECRYPT_ERROR": "client_refused_server_certificate",
-}
-HANDSHAKE_REASONS = (*sorted(set(_HANDSHAKE_REASONS.values())), "timeout", "closed", "other")
-# Counted, not logged: a TCP probe or port scan opens and closes without a handshake.
-QUIET_REASONS = frozenset({"closed"})
-
-
-def handshake_reason(exc: BaseException) -> tuple[str, str]:
-    """(label, detail) for a failed handshake; the detail is OpenSSL's own words."""
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return "timeout", "no complete handshake in time"
-    if isinstance(exc, ssl.SSLError):
-        reason = str(exc.reason or exc.__class__.__name__)
-        verify = getattr(exc, "verify_message", None)
-        return _HANDSHAKE_REASONS.get(reason, "other"), f"{reason}: {verify}" if verify else reason
-    if isinstance(exc, ConnectionError | OSError):
-        return "closed", "connection closed during the handshake"
-    return "other", exc.__class__.__name__
-
-
-class RateLimitedLog:
-    """At most one line per key per interval; the next line says how many were held back."""
-
-    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
-        self.logger = logger
-        self.interval = interval
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, key: str, msg: str, *args: Any) -> None:
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval:
-            self._held[key] = self._held.get(key, 0) + 1
-            return
-        self._last[key] = now
-        held = self._held.pop(key, 0)
-        if held:
-            msg += " (and %d more like it in the last %.0f s)"
-            args = (*args, held, now - last if last is not None else self.interval)
-        self.logger.warning(msg, *args)
-
-
-@dataclass
-class EdgeStats:
-    """Counters of what the edge refused or cut off; exported by :mod:`.edge_metrics`."""
-
-    open_connections: int = 0
-    refused_connections: int = 0
-    timeouts: dict[str, int] = field(default_factory=lambda: {"head": 0, "body": 0})
-    handshake_failures: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(HANDSHAKE_REASONS, 0)
-    )
-    lingering_closes: int = 0
-
-
-@dataclass
-class EdgeLimits:
-    """One listener's bounds; ``tls_context`` is read at each handshake (reloads)."""
-
-    max_header_bytes: int = 16 * 1024
-    max_headers: int = 64
-    max_connections: int = 1000
-    header_timeout: float = 10.0
-    body_timeout: float = 10.0
-    drain_idle_seconds: float = 2.0
-    # Lingering close: read and discard at most this much, for at most this long.
-    linger_seconds: float = 5.0
-    linger_bytes: int = 1024 * 1024
-    tls_context: Callable[[], ssl.SSLContext] | None = None
-    #: ``(scope, body) -> answer body | None``: a 200 JSON answer made without awaiting
-    #: anything (a cache hit), or None for the ASGI path. Side-effect free when None.
-    answer_at_once: Callable[[dict[str, Any], bytes], bytes | None] | None = None
-    stats: EdgeStats = field(default_factory=EdgeStats)
-    # Set by the first connection told to drain: later handshakes finish into a drain.
-    draining: bool = False
-    handshake_log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
-
-
-class _ClosingTransport:
-    """What a request cycle sees as its transport: ``close()`` is a lingering close."""
-
-    def __init__(self, protocol: GatewayHttpProtocol) -> None:
-        self._protocol = protocol
-        self._transport = protocol.transport
-        self._holding = False
-        self._head = b""
-
-    def hold_next_write(self) -> None:
-        """Keep the next write (an answer's head) to go out with the one after it (its
-        body): one send() instead of two, and one TCP segment for a small answer."""
-        self._holding = True
-
-    def write(self, data: bytes) -> None:
-        if self._holding:
-            self._holding = False
-            self._head = data
-            return
-        if self._head:
-            data, self._head = self._head + data, b""
-        self._transport.write(data)
-
-    def _flush(self) -> None:
-        self._holding = False
-        if self._head:
-            head, self._head = self._head, b""
-            self._transport.write(head)
-
-    def is_closing(self) -> bool:
-        return bool(self._transport.is_closing()) or self._protocol.lingering
-
-    def close(self) -> None:
-        self._flush()
-        self._protocol.close_lingering()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._transport.get_extra_info(name, default)
-
-
-class _Cycle(RequestResponseCycle):  # type: ignore[misc]
-    # Set when a drain made this request the connection's last.
-    drain_close = False
-
-    async def send(self, message: Any) -> None:
-        starting = message["type"] == "http.response.start" and not self.response_started
-        if starting and self.more_body:
-            # An answer before the whole body arrived (413, 401, ...): this connection
-            # cannot carry another request, so say so and close it lingering.
-            self.keep_alive = False
-        if starting:
-            self.transport.hold_next_write()  # type: ignore[attr-defined]  # _ClosingTransport
-        await super().send(message)
-
 
 class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
-    """uvicorn's httptools protocol with the edge's bounds (see the module docstring),
+    """uvicorn's httptools protocol with the edge's bounds (see :mod:`authn_gateway.edge`),
     plus what the ASGI scope lacks: the verified client certificate's names."""
 
-    cycle: _Cycle
+    cycle: Cycle
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
@@ -231,14 +53,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self._refusal: tuple[int, str] | None = None
         # A request whose task is held back until its read ends: answered at once if
         # it completes in this read and ``answer_at_once`` has its answer.
-        self._held: _Cycle | None = None
+        self._held: Cycle | None = None
         self._answer_at_once = self.edge.answer_at_once
         # Since when the connection has been idle (None: a request is being read or run).
         self._idle_since: float | None = None
         self._max_head_bytes = self.edge.max_header_bytes
         self._max_headers = self.edge.max_headers
-        # The default headers (date) as bytes, rendered once per change.
-        self._defaults: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")
+        self._ok = OkFramer()
 
     # --- connection life ---------------------------------------------------------------
 
@@ -524,9 +345,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self.scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         self.scope["query_string"] = parsed_url.query or b""
         existing_cycle = self.cycle
-        self.cycle = _Cycle(
+        self.cycle = Cycle(
             scope=self.scope,
-            transport=_ClosingTransport(self),  # type: ignore[arg-type]
+            transport=ClosingTransport(self),  # type: ignore[arg-type]
             flow=self.flow,
             logger=self.logger,
             access_logger=self.access_logger,
@@ -578,16 +399,11 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self._start_asgi_task(cycle, self.app)
         cycle.message_event.set()
 
-    def _answer(self, cycle: _Cycle, body: bytes) -> None:
+    def _answer(self, cycle: Cycle, body: bytes) -> None:
         """Write a 200 JSON answer in one write, as uvicorn's send would frame it."""
-        defaults = self.server_state.default_headers
-        if self._defaults[0] is not defaults:
-            self._defaults = (defaults, b"".join(n + b": " + v + b"\r\n" for n, v in defaults))
         cycle.response_started = cycle.response_complete = True
         self.transport.write(
-            b"HTTP/1.1 200 OK\r\n%scontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n"
-            % (self._defaults[1], len(body), b"" if cycle.keep_alive else b"connection: close\r\n")
-            + body
+            self._ok.frame(self.server_state.default_headers, body, cycle.keep_alive)
         )
         if not cycle.keep_alive:
             self.close_lingering()
@@ -617,16 +433,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
     # --- answers the protocol writes itself -----------------------------------------
 
     def _write_error(self, status: int, message: str) -> None:
-        phrases = {
-            400: b"Bad Request",
-            408: b"Request Timeout",
-            431: b"Request Header Fields Too Large",
-        }
-        body = render_error(status, message)
-        self.transport.write(
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n" % (status, phrases[status], len(body)) + body
-        )
+        self.transport.write(error_reply(status, message))
 
     def send_400_response(self, msg: str) -> None:
         if self.transport.is_closing() or self.lingering or self._refusal is not None:
