@@ -187,12 +187,16 @@ def deadline_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
 #: A backend's layers, outermost first.
 #: ``token_rules`` only narrows ``could_accept`` (which every layer passes through at no
 #: cost), so it sits where a review reaches it least: innermost.
-#: ``concurrency_layer`` is below the breaker (its refusals are the gateway's own, not
-#: the IdP's failures) and above the budget: the bucket stays the hard rate ceiling.
+#: ``concurrency_layer`` is above the breaker: a call waits for its local slot first and
+#: is admitted by the breaker (state check, fleet in-flight slot, probe permit) only when
+#: it is about to go out, so no queued call holds a fleet slot or a probe's permit, and
+#: none that queued while the breaker was closed goes out after it opened. The breaker
+#: never sees the limiter's refusals (the IdP was not asked). It is above the budget:
+#: the bucket stays the hard rate ceiling.
 LAYERS: tuple[LayerFactory, ...] = (
     cache_layer,
-    breaker_layer,
     concurrency_layer,
+    breaker_layer,
     budget_layer,
     deadline_layer,
     token_rules,
