@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from backends.base import Authenticator, Backend
 from backends.settings import BackendSettings
 
-from .breaker.layer import BreakerLayer
+from .breaker.layer import BreakerLayer, OpenBreakerLayer
 from .breaker.machine import CallGate, FailureRate, SlowCalls
 from .breaker.override import Override
 from .bucket.gcra import TokenBucket
@@ -140,6 +140,12 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     return BreakerLayer(inner, breaker, ctx.metrics)
 
 
+def open_breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    # Built after breaker_layer (it sits above): the handle holds the backend's breaker.
+    breaker = ctx.handle.breaker
+    return inner if breaker is None else OpenBreakerLayer(inner, breaker)
+
+
 #: Extra IdP latency below this share of the call timeout (20 ms of 1 s) does not shrink
 #: the limit: well under a brownout's queueing (50 ms a call here), above the gateway's jitter.
 NEGLIGIBLE_DELAY_SHARE = 0.02
@@ -187,12 +193,18 @@ def deadline_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
 #: A backend's layers, outermost first.
 #: ``token_rules`` only narrows ``could_accept`` (which every layer passes through at no
 #: cost), so it sits where a review reaches it least: innermost.
-#: ``concurrency_layer`` is below the breaker (its refusals are the gateway's own, not
-#: the IdP's failures) and above the budget: the bucket stays the hard rate ceiling.
+#: ``concurrency_layer`` is above the breaker: a call waits for its local slot first and
+#: is admitted by the breaker (state check, fleet in-flight slot, probe permit) only when
+#: it is about to go out, so no queued call holds a fleet slot or a probe's permit, and
+#: none that queued while the breaker was closed goes out after it opened. The breaker
+#: never sees the limiter's refusals (the IdP was not asked). ``open_breaker_layer``
+#: above it fails fast, with no I/O and no wait for a slot, while the breaker is known
+#: open. The limit is above the budget: the bucket stays the hard rate ceiling.
 LAYERS: tuple[LayerFactory, ...] = (
     cache_layer,
-    breaker_layer,
+    open_breaker_layer,
     concurrency_layer,
+    breaker_layer,
     budget_layer,
     deadline_layer,
     token_rules,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from authn_gateway.breaker import (
     Breaker,
@@ -12,7 +13,12 @@ from authn_gateway.breaker import (
     Override,
     SlowCalls,
 )
-from backends.base import Authenticated, Rejected, Unavailable, UserInfo
+from authn_gateway.breaker.layer import BreakerLayer, OpenBreakerLayer
+from authn_gateway.limit.layer import ConcurrencyLayer
+from authn_gateway.limit.slots import ConcurrencyLimiter
+from authn_gateway.limit.vegas import VegasLimit, VegasSettings
+from authn_gateway.metrics import Metrics
+from backends.base import Authenticated, Rejected, Unavailable, UserInfo, Verdict
 
 DOWN = Unavailable("down")
 OK = Authenticated(UserInfo("u"))
@@ -285,3 +291,42 @@ async def test_a_closed_breaker_starts_with_fresh_rate_windows() -> None:
     b.record(ticket, OK, 0.6)
     assert b.state == "closed"
     assert transitions == ["closed->open", "open->half-open", "half-open->closed"]
+
+
+class Hanging:
+    """An IdP call that never ends (cancelled at the test's end)."""
+
+    name = "idp"
+
+    def could_accept(self, token: str) -> bool:
+        return True
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_an_open_breaker_refuses_before_a_review_waits_for_a_local_slot() -> None:
+    """The concurrency limit sits above the breaker's admission; while the breaker is
+    known open a review still fails at once, never queued behind calls in flight."""
+    b, _ = breaker(reset=60)
+    limiter = ConcurrencyLimiter(VegasLimit(VegasSettings(initial=1, min_limit=1, max_limit=1)))
+    limiter.algorithm._recent_rtt = 5.0  # measured and healthy: a new call would wait
+    metrics = Metrics()
+    below = ConcurrencyLayer(BreakerLayer(Hanging(), b, metrics), limiter, metrics)
+    top = OpenBreakerLayer(below, b)
+    deadline = asyncio.get_running_loop().time() + 60
+    hung = asyncio.ensure_future(top.review("t1", (), deadline))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert limiter.in_flight == 1
+    b.hold_open(30)  # opened (Retry-After, another replica) with the slot still held
+    waiting = asyncio.ensure_future(top.review("t2", (), deadline))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert limiter.waiting() == 0
+    assert waiting.done()
+    assert waiting.result().outcome == Unavailable("circuit breaker open")
+    hung.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await hung

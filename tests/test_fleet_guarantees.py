@@ -299,3 +299,77 @@ async def test_redis_down_holds_the_outage_bound_when_the_fleet_outgrew_expected
     assert calls >= n  # every replica met the outage: one failure each opened it
     assert offered.errors.get("idp: circuit breaker open", 0) > offered.sent // 2
     assert offered.authenticated == 0
+
+
+# --- no call after the opening ----------------------------------------------------------
+
+# An admission in Redis just before the opening reaches the IdP a loopback hop and an
+# httpx send later: a few ms here, tens on this loaded machine. A call that waited for
+# a local slot after the opening arrives a timeout (1 s) later, far past this margin.
+OPENING_MARGIN = 0.05
+
+
+class Openings:
+    """The fleet's breaker openings, as the IdP's clock (monotonic) sees them: a thread
+    subscribed to the breakers' channel turns each published "open" (stamped with the
+    Redis server's clock, this machine's wall clock) into monotonic time."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._redis = redis.Redis(port=fleet.redis.port)
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        self._pubsub.psubscribe("*breaker-events*")
+        self.opened: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            message = self._pubsub.get_message(timeout=0.05)
+            if message is None:
+                continue
+            backend, state, _opened_at, published = message["data"].decode().split()
+            if backend == "idp" and state == "open":
+                self.opened.append(float(published) - time.time() + time.monotonic())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._pubsub.close()
+        self._redis.close()
+
+
+async def test_no_call_reaches_a_hanging_idp_after_the_breaker_opened_but_the_probes(
+    idp: FakeIdP, tmp_path: Path
+) -> None:
+    """A call waits for its local adaptive-limit slot before the fleet admits it: none
+    that queued while the breaker was closed goes out after the breaker opened, and no
+    queued call holds a fleet in-flight slot or a probe's permit it is not using.
+
+    The local limit (initial 4 per replica) is well below the fleet's in-flight ceiling
+    (40), so calls queue locally when the IdP hangs, as with the default settings."""
+    idp.reset()
+    n = 2
+    config = backend(idp, concurrency={"max_limit": 40, "initial_limit": 4})
+    with running(lambda url: fleet_config(config, url, **redis_settings(n)), n, tmp_path) as f:
+        await open_loop(f.urls, 40, 1.0, cold("warm"))  # the limit learns a latency
+        await asyncio.sleep(0.3)
+        idp.reset_stats()
+        openings = Openings(f)
+        try:
+            idp.configure(hang=True)
+            outage = 4.0
+            started = time.monotonic()
+            offered = await open_loop(f.urls, 60, outage, cold("queued"))
+            arrivals = idp.stats().arrivals
+        finally:
+            idp.configure(hang=False)
+            openings.close()
+    assert openings.opened, "the hang opened the breaker"
+    opened = openings.opened[0]
+    late = [round(t - opened, 3) for t in arrivals if t > opened + OPENING_MARGIN]
+    # Half-open probes only: K per reset_timeout from the opening to the end of the load.
+    probe_rounds = math.ceil((started + outage - opened) / RESET_TIMEOUT)
+    assert len(late) <= PROBES * probe_rounds, late
+    assert len(arrivals) - len(late) >= FAIL_MAX  # the outage was met
+    assert offered.authenticated == 0

@@ -1,6 +1,9 @@
 """The breaker layer: no call while the backend's breaker is open; every call's outcome
 fed back (with how long it took: slow calls count); the IdP's Retry-After holds it
-open."""
+open. It sits below the concurrency limit, so a call is admitted (state check, fleet
+in-flight slot, probe permit) only when it is about to go out; :class:`OpenBreakerLayer`,
+above the limit, fails a review fast while the breaker is known open, with no wait for a
+local slot."""
 
 from __future__ import annotations
 
@@ -44,3 +47,17 @@ class BreakerLayer(Layer):
             # The IdP told us when to come back; no call before then, from any path.
             breaker.hold_open(outcome.retry_after)
         return verdict
+
+
+class OpenBreakerLayer(Layer):
+    """While the breaker is known open (no I/O), a review fails at once: it neither
+    waits for a local concurrency slot nor counts as the limit's refusal."""
+
+    def __init__(self, inner: Authenticator, breaker: CallGate) -> None:
+        super().__init__(inner)
+        self.breaker = breaker
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        if self.breaker.fails_fast():
+            return Verdict(_OPEN, self.name)
+        return await self.inner.review(token, audiences, deadline)

@@ -79,6 +79,11 @@ class CallGate(Protocol):
 
     async def admit(self) -> Admission | None: ...
 
+    def fails_fast(self) -> bool:
+        """Whether :meth:`admit` would refuse now, known without I/O: forced open, or
+        open with its probe not yet due. Checked before a call waits for a local slot."""
+        ...
+
     def release(self, ticket: Admission) -> None: ...
 
     def record(self, ticket: Admission, outcome: Outcome, seconds: float | None = None) -> None: ...
@@ -271,6 +276,12 @@ class Breaker(Overridden):
             permit = await self._probes.try_acquire()
             decided = Admission(permit) if permit is not None else None
         return self._with_slot(decided)
+
+    def fails_fast(self) -> bool:
+        override = self.override
+        if override is not Override.NONE:
+            return override is Override.FORCED_OPEN
+        return self._cb.current_state == OPEN and self.seconds_until_probe() > 0
 
     def admit_now(self) -> Admission | None:
         """:meth:`admit` for in-process probe permits (no I/O)."""

@@ -282,6 +282,14 @@ class FleetBreaker(Overridden):
             return FleetTicket(member, probe=verdict == "probe")
         return BUSY if verdict == "busy" else None
 
+    def fails_fast(self) -> bool:
+        override = self.override
+        if override is not Override.NONE:
+            return override is Override.FORCED_OPEN
+        if not self._link.shared:
+            return self._local.fails_fast()
+        return self._mirror == OPEN and time.time() < self._opened_at + self._reset_timeout
+
     def _admit_locally(self) -> Admission | None:
         return self._local.admit_now()
 

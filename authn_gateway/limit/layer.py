@@ -1,10 +1,14 @@
 """The concurrency-limit layer: a call goes to the IdP only with a slot under the
 adaptive limit, and every call's latency feeds the limit.
 
-It sits below the breaker (a refusal here is :class:`HeldBack`: the IdP was not asked,
-so the breaker does not count it) and above the budget and the deadline. The cache
-layer above says, through :data:`HAS_FALLBACK`, whether the review could be answered
-stale: such calls wait behind those for never-seen tokens.
+It sits above the breaker: a call waits here for its slot, and only then does the
+breaker admit it (state check, fleet in-flight slot, probe permit), so a queued call
+holds none of those, and a call that queued while the breaker was closed is refused if
+it opened meanwhile. The breaker never sees this layer's refusals (:class:`HeldBack`:
+the IdP was not asked); its own (open, fleet ceiling) come back here as calls never
+sent, which teach the limit nothing. The cache layer above says, through
+:data:`HAS_FALLBACK`, whether the review could be answered stale: such calls wait
+behind those for never-seen tokens.
 """
 
 from __future__ import annotations
