@@ -341,3 +341,24 @@ def test_the_tls_benchmark_runs_as_documented(tmp_path: Path) -> None:
     ]
     assert all(r["rps"] > 0 for r in doc["throughput"])
     assert doc["tls"]["tls_over_plain_rps"] > 0
+
+
+def test_the_fleet_fault_measurement_runs_as_documented() -> None:
+    # docs/benchmarks.md and docs/operations.md quote `python -m loadtests.fleet_faults`
+    # with --backend and --expected-replicas; a short run, one fault, two replicas.
+    backend = json.dumps({"concurrency": {"max_limit": 20}})
+    cmd = [sys.executable, "-m", "loadtests.fleet_faults", "--replicas", "2", "--faults", "500"]
+    result = subprocess.run(
+        [*cmd, "--outage", "1", "--rate", "30", "--expected-replicas", "3", "--backend", backend],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [(r["replicas"], r["fault"]) for r in rows] == [(2, "500")]
+    row = rows[0]
+    assert row["bound"] == "5 + 20 + 1 = 26"  # fail_max + max_limit + probes in 1 s
+    assert 1 <= row["idp_calls_in_outage"] <= 26  # the IdP's own count, within the bound
+    assert row["errors_in_outage"].get("idp: circuit breaker open", 0) > 0
