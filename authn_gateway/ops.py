@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -20,7 +19,7 @@ from .breaker.machine import CallGate
 from .breaker.override import Override, replica_view
 from .gateway import Gateway
 from .redis_link import REPLICA_ID
-from .revocation_api import MAX_BODY, BadRequest, _operator, revocation_routes
+from .revocation_api import BadRequest, json_object, operator_name, revocation_routes
 
 
 def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
@@ -170,21 +169,11 @@ ACTIONS = {
 
 def _override_request(raw: bytes, action: str, default: int, limit: int) -> tuple[int, str | None]:
     """(seconds, operator) from an optional JSON body ``{"seconds": N, "by": NAME}``."""
-    doc: dict[str, Any] = {}
-    if raw.strip():
-        if len(raw) > MAX_BODY:
-            raise BadRequest(f"body larger than {MAX_BODY} bytes")
-        try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise BadRequest("body is not valid JSON") from None
-        if not isinstance(parsed, dict):
-            raise BadRequest("body must be a JSON object")
-        doc = parsed
+    doc = json_object(raw) if raw.strip() else {}
     unknown = sorted(set(doc) - {"seconds", "by"})
     if unknown:
         raise BadRequest(f"unknown field {unknown[0]!r}: the body takes seconds and by")
-    operator = _operator(doc)
+    operator = operator_name(doc)
     if "seconds" not in doc:
         return default, operator
     if action == "release":

@@ -33,8 +33,8 @@ def _refuse(status: int, message: str) -> Response:
     return JSONResponse({"message": message}, status_code=status)
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+def json_object(raw: bytes) -> dict[str, Any]:
+    """An admin call's JSON object body, or :class:`BadRequest` saying what is wrong."""
     if len(raw) > MAX_BODY:
         raise BadRequest(f"body larger than {MAX_BODY} bytes")
     try:
@@ -46,7 +46,11 @@ async def _body(request: Request) -> dict[str, Any]:
     return doc
 
 
-def _operator(doc: dict[str, Any]) -> str | None:
+async def _body(request: Request) -> dict[str, Any]:
+    return json_object(await request.body())
+
+
+def operator_name(doc: dict[str, Any]) -> str | None:
     name = doc.get("by")
     if name is None:
         return None
@@ -90,7 +94,7 @@ def revocation_routes(
             caller = request.client.host if request.client else "unknown"
             try:
                 doc = await _body(request) if reads_body else {}
-                operator = _operator(doc)
+                operator = operator_name(doc)
                 by = f"{operator or 'admin'}@{caller}"
                 action, subject, answer = await handler(request, doc, by)
             except (BadRequest, BadSubject) as exc:
