@@ -1041,6 +1041,31 @@ def run_scenario(
                 "brownout": (
                     brownout_figures(scenario, r) if scenario.capacity is not None else None
                 ),
+                # Per second, from the start, for reading a run after the fact.
+                "seconds": [
+                    {
+                        "t": round(row["t"] - r.started, 1),
+                        "answers": row["answers"],
+                        "statuses": row["statuses"],
+                    }
+                    for row in r.timeline.get("rows", [])
+                ],
+                "idp_queue_wait_max_ms": [
+                    (round(second - r.started), round(ms, 1))
+                    for second, ms in r.idp_stats.get("queue_wait_max_ms_by_second", [])
+                ],
+                "samples": [
+                    {
+                        "t": round(x.t - r.started, 1),
+                        "idp_calls": x.idp_calls,
+                        "breaker": x.breaker,
+                        "idp_queued": x.idp_queued,
+                        "idp_in_service": x.idp_in_service,
+                        "limit": x.limit,
+                        "in_flight": x.in_flight,
+                    }
+                    for x in r.samples
+                ],
             }
             for r in results
         ],

@@ -86,6 +86,8 @@ class Stats:
     # most recent 20,000; requests served, expired (503 after max_queue_wait), and
     # served for a caller that had already closed its connection.
     queue_waits: list[float] = field(default_factory=list)
+    # Wall-clock time each of those waits ended (same order), for a per-second view.
+    queue_wait_ends: list[float] = field(default_factory=list)
     queued: int = 0
     max_queued: int = 0
     in_service: int = 0
@@ -118,7 +120,16 @@ class Stats:
             "wasted": self.wasted,
             "queue_wait_p50_ms": self.queue_wait_ms(0.50, waits),
             "queue_wait_p99_ms": self.queue_wait_ms(0.99, waits),
+            "queue_wait_max_ms_by_second": self.queue_wait_max_by_second(),
         }
+
+    def queue_wait_max_by_second(self) -> list[tuple[int, float]]:
+        """(wall-clock second, longest wait in ms that ended in it), oldest first."""
+        worst: dict[int, float] = {}
+        for ended, wait in zip(self.queue_wait_ends, self.queue_waits, strict=True):
+            second = int(ended)
+            worst[second] = max(worst.get(second, 0.0), 1000 * wait)
+        return sorted(worst.items())
 
 
 class ServiceQueue:
@@ -339,7 +350,9 @@ class FakeIdP:
             st = self._stats
             st.queued = q.queued
             st.queue_waits.append(self.faults.max_queue_wait if waited is None else waited)
+            st.queue_wait_ends.append(time.time())
             del st.queue_waits[:-20_000]
+            del st.queue_wait_ends[:-20_000]
             if waited is None:
                 st.expired += 1
             else:
@@ -429,6 +442,7 @@ class FakeIdP:
                 by_status=dict(s.by_status),
                 arrivals=list(s.arrivals),
                 queue_waits=list(s.queue_waits),
+                queue_wait_ends=list(s.queue_wait_ends),
             )
 
     @property
