@@ -7,6 +7,9 @@ calls per second, each after S * max(1, L/C) (FIFO: the L - C extra calls queue)
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
+
 from authn_gateway.limit.vegas import VegasLimit, VegasSettings
 
 
@@ -194,3 +197,82 @@ def test_slots_held_by_answers_the_caller_has_not_read_do_not_grow_the_limit() -
         clock.now += 0.01
         grown.sample(0.05, in_flight=grown.limit)
     assert grown.limit > 12
+
+
+def simulate(
+    limit: VegasLimit,
+    clock: Clock,
+    capacity: int,
+    service: float,
+    seconds: float,
+) -> list[float]:
+    """An event-driven FIFO IdP fed by a client with endless demand: a call goes out
+    whenever fewer than ``limit.limit`` are in flight, and its latency reaches the limit
+    only when it comes back (unlike :func:`run`, where a new limit acts at once).
+    Returns each call's wait in the IdP's queue."""
+    end = clock.now + seconds
+    busy: list[tuple[float, float, int]] = []  # (done at, sent at, in flight when sent)
+    line: deque[tuple[float, int]] = deque()  # (sent at, in flight when sent)
+    waits: list[float] = []
+    in_flight = 0
+    while clock.now < end:
+        while in_flight < limit.limit:
+            in_flight += 1
+            if len(busy) < capacity:
+                heapq.heappush(busy, (clock.now + service, clock.now, in_flight))
+                waits.append(0.0)
+            else:
+                line.append((clock.now, in_flight))
+        done, sent, seen = heapq.heappop(busy)
+        clock.now = done
+        in_flight -= 1
+        limit.sample(done - sent, seen)
+        if line:
+            queued, seen_then = line.popleft()
+            waits.append(clock.now - queued)
+            heapq.heappush(busy, (clock.now + service, queued, seen_then))
+    return waits
+
+
+def test_a_limit_started_during_a_brownout_sheds_the_idps_queue_within_a_second() -> None:
+    # Issue 15's brownout from the first call: 4 workers, 50 ms each (80 calls/s). The
+    # start at 20 queues 16 calls for one round; the long line is then shed in one step
+    # (by one a round trip, it held a 15-call queue for 3 s).
+    clock = Clock()
+    waits = simulate(VegasLimit(VegasSettings(), clock), clock, 4, 0.05, seconds=20)
+    assert len(waits) >= 0.9 * 20 * 80  # the IdP was kept busy
+    assert max(waits) >= 0.15  # the first round did queue
+    after_first_second = waits[80:]
+    assert max(after_first_second) <= 0.125, max(after_first_second)
+
+
+def test_after_a_change_only_calls_sent_under_the_new_limit_move_it() -> None:
+    # Calls sent under the old limit say nothing of the new one: counting them grew the
+    # limit by beta every 0.1 s before any call it let out had come back.
+    clock = Clock()
+    s = VegasSettings(initial=4, probe_interval=1e9)
+    limit = VegasLimit(s, clock)
+    while not limit.probing:  # the first window (it only measures), 50 ms
+        clock.now += 0.03
+        limit.sample(0.05, in_flight=4)
+    while limit.probing:  # the start-up probe
+        clock.now += 0.03
+        limit.sample(0.05, in_flight=1)
+    clock.now += 0.05  # a round at the full limit, 50 ms: nothing queued, so it grows
+    while limit.limit == s.initial:
+        clock.now += 0.011
+        limit.sample(0.05, in_flight=limit.limit, held=0.05)
+    changed_at, grown = clock.now, limit.limit
+    assert grown == s.initial + s.beta
+    for _ in range(40):  # answers to calls sent before the change, over 1.2 s
+        clock.now += 0.03
+        limit.sample(0.05, in_flight=10, held=clock.now - changed_at + 0.01)
+    assert limit.limit == grown
+    for _ in range(10):  # a round of calls sent after it
+        clock.now += 0.011
+        limit.sample(0.05, in_flight=grown, held=0.05)
+    assert limit.limit == grown + s.beta
+    # A failure counts whenever its call was sent: backing off waits for no round trip.
+    clock.now += 1.0
+    limit.sample(1.0, in_flight=grown, dropped=True, held=5.0)
+    assert limit.estimate == (grown + s.beta) * s.backoff

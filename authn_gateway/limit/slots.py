@@ -154,7 +154,7 @@ class ConcurrencyLimiter:
             # the calls in flight, the IdP held that share).
             held = self._now() - slot.started
             share = min(1.0, rtt / held) if held > 0 else 1.0
-            self.algorithm.sample(rtt, slot.in_flight, dropped, slot.in_flight * share)
+            self.algorithm.sample(rtt, slot.in_flight, dropped, slot.in_flight * share, held)
         self._dispatch()
 
     def expire(self) -> None:

@@ -8,8 +8,8 @@ L calls in flight and a measured latency ``rtt``, the calls queued at the IdP ar
     queue = L * (1 - base / rtt)
 
 The limit grows fast (by ``beta``) while nothing queues at all, by one while the queue
-is short (below ``alpha``), shrinks by one when it is long
-(above ``beta``), and holds in between, so the IdP keeps a few calls waiting (it is
+is short (below ``alpha``), shrinks when it is long (above ``beta``; see below for by
+how much), and holds in between, so the IdP keeps a few calls waiting (it is
 never idle) and never a long line (its queue wait stays a fraction of one service
 time). A call that failed or timed out is a drop: the limit is cut by ``backoff``,
 as in AIMD.
@@ -27,6 +27,16 @@ its calls (those sent with at most that many in flight) set ``base`` afresh, and
 later windows can only lower it (the lowest mean since the probe, within
 ``base_horizon``). It costs about one short window in ``probe_interval`` at a quarter of the rate.
 
+A window learns only from calls sent after it opened, once the limit changed at its
+start: calls sent under the old limit say nothing of the new one, and a limit updated
+from them grew by ``beta`` a window (every 0.1 s) before the first call it let out had
+come back (measured at start-up: 5 to 34 in under a second, a 25-call IdP queue). So
+the limit changes at most once per round trip, as TCP Vegas' does.
+
+A long queue (past ``beta`` at the window's median latency, so not one slow call) is
+shed in one step, down to ``beta`` queued and by at most half the limit: the start at
+``initial`` (20) against an IdP serving 4 at once otherwise held a 15-call queue for 3 s.
+
 Nothing here is tuned per IdP: alpha and beta are in calls, not in ms.
 
 The clock is injected; :class:`VegasLimit` does no I/O and holds no locks (the event
@@ -36,10 +46,11 @@ loop is single-threaded).
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -65,17 +76,24 @@ class VegasSettings:
     negligible_delay: float = 0.0
 
 
+_MEDIAN_OF = 32
+
+
 @dataclass
 class _Window:
     started: float
     samples: int = 0
     rtt_sum: float = 0.0
+    # The first few latencies, for a median one slow call cannot move.
+    rtts: list[float] = field(default_factory=list)
     max_in_flight: int = 0
     # Of those, the most the IdP itself held (the rest: answers the caller had not read).
     max_at_idp: float = 0.0
     dropped: bool = False
     # Probe windows count only the calls sent within the probe's (halved) limit.
     probe_limit: int | None = None
+    # Calls sent before this (the limit changed when the window opened) do not count.
+    counts_from: float = -math.inf
 
 
 class VegasLimit:
@@ -119,25 +137,38 @@ class VegasLimit:
         return self._recent_rtt
 
     def sample(
-        self, rtt: float, in_flight: int, dropped: bool = False, at_idp: float | None = None
+        self,
+        rtt: float,
+        in_flight: int,
+        dropped: bool = False,
+        at_idp: float | None = None,
+        held: float | None = None,
     ) -> None:
         """One finished call: its latency (s), the calls in flight when it started
         (itself included), and whether it failed or timed out. ``at_idp``: how many of
         those calls the IdP itself held (default all; fewer when the caller's own loop
-        held their answers unread)."""
+        held their answers unread). ``held``: how long ago it was sent (default its
+        latency)."""
         w = self._window
         now = self._clock()
         probing = w.probe_limit is not None
-        if not probing or (in_flight <= (w.probe_limit or 0) and not dropped):
+        sent = now - (rtt if held is None else held)
+        # A failure counts whenever it was sent: backing off must not wait a round trip.
+        current = dropped or sent >= w.counts_from
+        if current and (not probing or (in_flight <= (w.probe_limit or 0) and not dropped)):
             w.samples += 1
             w.max_in_flight = max(w.max_in_flight, in_flight)
             w.max_at_idp = max(w.max_at_idp, in_flight if at_idp is None else at_idp)
             w.dropped = w.dropped or dropped
             if not dropped:
                 w.rtt_sum += rtt
+                if len(w.rtts) < _MEDIAN_OF:
+                    w.rtts.append(rtt)
         age = now - w.started
         s = self.settings
-        full = w.samples >= s.min_samples and age >= s.min_window
+        # A round trip's worth of calls at a small limit (else a limit of 4 on a 200 ms
+        # IdP would wait three round trips per window).
+        full = w.samples >= min(s.min_samples, self.limit) and age >= s.min_window
         if not (full or age >= s.max_window):
             return
         if probing:
@@ -148,12 +179,17 @@ class VegasLimit:
                 self._means.clear()
                 self._record_mean(w.rtt_sum / w.samples, now)
             self._probe_due = now + s.probe_interval
-            self._window = _Window(now)
+            # Back to the full limit: what the probe's calls saw says nothing of it.
+            self._window = _Window(now, counts_from=now)
             return
+        before = self.limit
         self._update(w, now)
-        self._window = _Window(now)
+        # A window that learnt nothing keeps waiting for calls sent under the new limit.
+        unchanged_from = w.counts_from if not w.samples else -math.inf
+        self._window = _Window(now, counts_from=now if self.limit != before else unchanged_from)
         if now >= self._probe_due:
             self._window.probe_limit = max(1, math.floor(self._limit / 4))
+            self._window.counts_from = now
 
     def _record_mean(self, mean: float, now: float) -> None:
         self._recent_rtt = mean
@@ -176,7 +212,13 @@ class VegasLimit:
         if not w.samples:
             return
         mean = w.rtt_sum / w.samples
+        measured_before = bool(self._means)
         self._record_mean(mean, now)
+        if not measured_before:
+            # The first window: its own mean is all the "no load" latency known, so it
+            # cannot show a queue (growing on it took a start at 20 to 26 against an
+            # IdP serving 4). The probe that follows measures the baseline.
+            return
         base = self.base_rtt
         assert base is not None
         # Far fewer calls than the limit: the latency says nothing about the limit
@@ -201,4 +243,10 @@ class VegasLimit:
         elif queue < s.alpha:
             self._limit = min(s.max_limit, self._limit + 1)
         elif queue > s.beta:
-            self._limit = max(s.min_limit, self._limit - 1)
+            # A long line even at the median call (not one slow call): shed the excess
+            # in one step, at most half the limit. By one a round trip, a start at 20
+            # against an IdP serving 4 held a 15-call queue for 3 s.
+            median = statistics.median(w.rtts) if w.rtts else mean
+            excess = w.max_in_flight * (1 - base / median) - s.beta if median > 0 else 0.0
+            step = min(self._limit / 2, max(1.0, excess))
+            self._limit = max(s.min_limit, self._limit - step)
