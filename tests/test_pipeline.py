@@ -13,6 +13,7 @@ import yaml
 
 from authn_gateway.config import parse_config
 from authn_gateway.gateway import Gateway
+from authn_gateway.limit.slots import ConcurrencyLimiter, Priority, Slot
 from authn_gateway.prerejection import is_service_account_jwt, prerejection_reason
 from authn_gateway.tokenreview import render_verdict
 from backends.base import (
@@ -159,6 +160,59 @@ async def test_stale_identity_is_served_only_when_backend_cannot_answer() -> Non
     verdict = await gw.pipeline.review("t2", (), "c")
     assert isinstance(verdict.outcome, Authenticated)
     assert verdict.stale
+
+
+async def test_a_known_user_never_waits_for_a_slot_another_call_took_first() -> None:
+    # Issue 15: a review with a stale entry is answered stale while its refresh waits its
+    # turn. It checks for a free slot, but its call runs in a task of its own: another
+    # review's call can take that slot first. Before, the known user's call then queued
+    # behind never-seen tokens and held its review for seconds (4.9 s in the brownout).
+    backend = Scripted("a", OK)
+    gw = gateway(
+        [
+            {
+                "name": "a",
+                "cache": {"positive_ttl_seconds": 0.05, "max_stale_seconds": 60},
+                "concurrency": {"initial_limit": 1, "min_limit": 1, "max_limit": 1},
+            }
+        ],
+        {"a": backend},
+    )
+    assert isinstance((await gw.pipeline.review("known", (), "c")).outcome, Authenticated)
+    await asyncio.sleep(0.06)  # past its TTL: a stale entry remains
+    limiter = gw.pipeline.backends["a"].extras["concurrency"]
+    assert isinstance(limiter, ConcurrencyLimiter)
+    limiter.algorithm._recent_rtt = 0.05  # measured and healthy: waiting is allowed
+    taken: list[Slot] = []
+    free_at_check = limiter.would_wait
+
+    def taken_right_after(priority: Priority) -> bool:
+        answer = free_at_check(priority)
+        slot = limiter.try_acquire(Priority.NO_FALLBACK)  # a cold token's call, first
+        if slot is not None:
+            taken.append(slot)
+        return answer
+
+    limiter.would_wait = taken_right_after  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    verdict = await gw.pipeline.review("known", (), "c")
+    assert loop.time() - started < 1.0  # before: until the slot came, ~5 s here
+    assert isinstance(verdict.outcome, Authenticated) and verdict.stale
+    assert taken and backend.seen == ["known"]  # not asked again yet
+    # Its refresh waits its turn meanwhile, and goes out once the slot is given back.
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert limiter.waiting(Priority.HAS_FALLBACK) == 1
+    limiter.would_wait = free_at_check  # type: ignore[method-assign]
+    limiter.release(taken.pop(), rtt=0.05)
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+        if len(backend.seen) == 2:
+            break
+    assert backend.seen == ["known", "known"]
+    fresh = await gw.pipeline.review("known", (), "c")
+    assert fresh.cached and not fresh.stale
 
 
 async def test_slow_backend_costs_at_most_its_deadline() -> None:

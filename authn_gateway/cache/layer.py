@@ -20,7 +20,7 @@ from ..admission import miss_allowed
 from ..coalesce import Coalescer
 from ..keys import TokenHasher
 from ..layer import Layer
-from ..limit.layer import HAS_FALLBACK
+from ..limit.layer import HAS_FALLBACK, MAY_QUEUE, SATURATED
 from ..metrics import Metrics
 from ..revocation.eviction import Evictor
 from ..tasks import Background
@@ -82,9 +82,7 @@ class CacheLayer(Layer):
         servable = self._servable(entry, asked_at)
         if entry is not None and servable and self._stale_first(key):
             # A known user: answered stale now; the refresh waits its turn meanwhile.
-            self._refreshing.add(key)
-            self._background.spawn(self._refresh(key, token, audiences, deadline))
-            return self._stale(entry)
+            return self._stale_and_refresh(entry, key, token, audiences, deadline)
         if not miss_allowed():
             # Only reviews that need the IdP pay for the caller's rate; see admission.py.
             refused = Verdict(HeldBack("caller exceeded its review rate"), self.name)
@@ -99,14 +97,31 @@ class CacheLayer(Layer):
             async with asyncio.timeout_at(answer_by):
                 verdict = await self.coalescer.do(
                     key,
-                    lambda: self._fill(key, token, audiences, deadline, servable),
+                    # A known user's call takes a free slot or none: no queue.
+                    lambda: self._fill(key, token, audiences, deadline, servable, not servable),
                     lambda: self._recheck(key),
                 )
         except TimeoutError:
             verdict = Verdict(Unavailable("no answer within the review deadline"), self.name)
+        if verdict.outcome is SATURATED and entry is not None and servable:
+            # The slot it saw free was taken before its call ran: stale, refresh queued.
+            return self._stale_and_refresh(entry, key, token, audiences, deadline)
         if isinstance(verdict.outcome, Unavailable):
             return self._stale_or(entry, verdict, asked_at)
         return verdict
+
+    def _stale_and_refresh(
+        self,
+        entry: CacheEntry,
+        key: bytes,
+        token: str,
+        audiences: tuple[str, ...],
+        deadline: float,
+    ) -> Verdict:
+        if key not in self._refreshing:
+            self._refreshing.add(key)
+            self._background.spawn(self._refresh(key, token, audiences, deadline))
+        return self._stale(entry)
 
     def _previous_keys(self, token: str, audiences: tuple[str, ...]) -> PreviousKeys | None:
         """Where replicas on a previous secret keep this answer (only while rotating)."""
@@ -164,11 +179,13 @@ class CacheLayer(Layer):
         audiences: tuple[str, ...],
         deadline: float,
         has_fallback: bool = False,
+        may_queue: bool = True,
     ) -> Verdict:
         """The one call per key: ask below, write what may be cached (before any lease
         is released, so other replicas find it)."""
         # The concurrency limit below lets calls with no fallback go first.
         HAS_FALLBACK.set(has_fallback)
+        MAY_QUEUE.set(may_queue)
         asked_at = self.evictor.now() if self.evictor is not None else 0.0
         verdict = await self.inner.review(token, audiences, deadline)
         outcome = verdict.outcome

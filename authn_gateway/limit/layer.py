@@ -24,8 +24,14 @@ from .slots import ConcurrencyLimiter, Priority, Refusal
 #: Set by the cache layer around the call it makes for one key: True when a stale
 #: entry could answer the review meanwhile.
 HAS_FALLBACK: ContextVar[bool] = ContextVar("authn_gateway_has_fallback", default=False)
+#: False for a call a review waits for although a stale entry could answer it: it takes a
+#: free slot or none (answered :data:`SATURATED`, not counted), and the cache layer then
+#: answers stale and queues the refresh in the background. A review cannot know at its
+#: own check that a slot stays free: other reviews' calls may take it before its call
+#: runs, and a refresh queued behind never-seen tokens held its review for seconds.
+MAY_QUEUE: ContextVar[bool] = ContextVar("authn_gateway_may_queue", default=True)
 
-_SATURATED = HeldBack("IdP saturated: no call slot in time")
+SATURATED = HeldBack("IdP saturated: no call slot in time")
 
 
 class ConcurrencyLayer(Layer):
@@ -36,10 +42,15 @@ class ConcurrencyLayer(Layer):
 
     async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
         priority = Priority.HAS_FALLBACK if HAS_FALLBACK.get() else Priority.NO_FALLBACK
-        slot = await self.limiter.acquire(priority, deadline)
+        if MAY_QUEUE.get():
+            slot = await self.limiter.acquire(priority, deadline)
+        else:
+            slot = self.limiter.try_acquire(priority) or Refusal.QUEUE_FULL
+            if isinstance(slot, Refusal):
+                return Verdict(SATURATED, self.name)  # the refresh it queues counts
         if isinstance(slot, Refusal):
             self.metrics.concurrency_refusal(self.name, slot.value)
-            return Verdict(_SATURATED, self.name)
+            return Verdict(SATURATED, self.name)
         self.metrics.slot_waited(self.name, slot.waited)
         try:
             verdict = await self.inner.review(token, audiences, deadline)
