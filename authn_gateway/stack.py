@@ -31,7 +31,7 @@ from .limit.vegas import VegasLimit, VegasSettings
 from .metrics import Metrics
 from .prerejection import TokenRulesFilter
 from .revocation.eviction import Evictor
-from .stores import Stores
+from .stores import BreakerSpec, Stores
 
 
 @dataclass
@@ -118,21 +118,25 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     s, name = ctx.settings.breaker, ctx.settings.name
     rate, slow = s.failure_rate, s.slow_calls
     breaker = ctx.stores.breaker(
-        name,
-        ctx.settings,
-        # A probe's permit and an in-flight slot outlive their call by a margin, then
-        # free themselves.
-        ctx.settings.timeouts.total_seconds + 1,
-        ctx.metrics.breaker_transition,
-        FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None,
-        (
-            SlowCalls(
-                slow.duration_threshold_seconds or ctx.settings.timeouts.total_seconds / 2,
-                FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls),
-            )
-            if slow
-            else None
-        ),
+        BreakerSpec(
+            name,
+            ctx.settings,
+            # A probe's permit and an in-flight slot outlive their call by a margin, then
+            # free themselves.
+            slot_ttl=ctx.settings.timeouts.total_seconds + 1,
+            on_transition=ctx.metrics.breaker_transition,
+            failure_rate=(
+                FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None
+            ),
+            slow_calls=(
+                SlowCalls(
+                    slow.duration_threshold_seconds or ctx.settings.timeouts.total_seconds / 2,
+                    FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls),
+                )
+                if slow
+                else None
+            ),
+        )
     )
     ctx.metrics.set_breaker_state(name, breaker.state)
     ctx.metrics.set_override(name, breaker.forced())

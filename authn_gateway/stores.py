@@ -9,6 +9,7 @@ behind them are in docs/decisions.md ("Fleet mode").
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.settings import BackendSettings
@@ -42,6 +43,19 @@ if TYPE_CHECKING:
     from backends.shared import SharedBlobs
 
 
+@dataclass(frozen=True)
+class BreakerSpec:
+    """What a backend's breaker is built from, in memory or in Redis."""
+
+    backend: str
+    settings: BackendSettings
+    #: How long a dead caller's probe permit or in-flight slot can stay taken.
+    slot_ttl: float
+    on_transition: Callable[[str, str, str], None]
+    failure_rate: FailureRate | None = None
+    slow_calls: SlowCalls | None = None
+
+
 class Stores(Protocol):
     """One instance per gateway; per-backend pieces are made on demand."""
 
@@ -49,17 +63,8 @@ class Stores(Protocol):
 
     def bucket_store(self) -> BucketStore: ...
 
-    def breaker(
-        self,
-        backend: str,
-        settings: BackendSettings,
-        slot_ttl: float,
-        on_transition: Callable[[str, str, str], None],
-        failure_rate: FailureRate | None,
-        slow_calls: SlowCalls | None = None,
-    ) -> CallGate:
-        """The backend's breaker and in-flight ceiling; ``slot_ttl`` bounds how long a
-        dead caller's probe permit or slot can stay taken."""
+    def breaker(self, spec: BreakerSpec) -> CallGate:
+        """The backend's breaker and in-flight ceiling."""
         ...
 
     def coalescer(
@@ -107,24 +112,15 @@ class MemoryStores:
     def bucket_store(self) -> BucketStore:
         return self._buckets
 
-    def breaker(
-        self,
-        backend: str,
-        settings: BackendSettings,
-        slot_ttl: float,
-        on_transition: Callable[[str, str, str], None],
-        failure_rate: FailureRate | None,
-        slow_calls: SlowCalls | None = None,
-    ) -> CallGate:
+    def breaker(self, spec: BreakerSpec) -> CallGate:
         # Kept by name, so that a reload's stack carries on from the old state, unless
         # the breaker's own settings changed or the backend's identity did (forget_breaker).
-        kept = self._gates.get(backend)
+        settings = spec.settings
+        kept = self._gates.get(spec.backend)
         if kept is not None and kept[0] == (settings.breaker, settings.concurrency):
             return kept[1]
-        gate = local_breaker(
-            backend, settings, on_transition, failure_rate, slow_calls, overrides=self._overrides
-        )
-        self._gates[backend] = ((settings.breaker, settings.concurrency), gate)
+        gate = local_breaker(spec, overrides=self._overrides)
+        self._gates[spec.backend] = ((settings.breaker, settings.concurrency), gate)
         return gate
 
     def forget_breaker(self, backend: str) -> None:
@@ -205,39 +201,29 @@ class RedisStores:
     def bucket_store(self) -> BucketStore:
         return self._buckets
 
-    def breaker(
-        self,
-        backend: str,
-        settings: BackendSettings,
-        slot_ttl: float,
-        on_transition: Callable[[str, str, str], None],
-        failure_rate: FailureRate | None,
-        slow_calls: SlowCalls | None = None,
-    ) -> CallGate:
-        b = settings.breaker
+    def breaker(self, spec: BreakerSpec) -> CallGate:
+        settings, b = spec.settings, spec.settings.breaker
         # While Redis is down: this replica's share of the fleet's bounds, its own count.
+        # The rate rules stay the fleet breaker's (it applies them to every call).
         local = local_breaker(
-            backend,
-            settings,
-            on_transition,
-            None,
+            replace(spec, failure_rate=None, slow_calls=None),
             share=self._fleet_size.share,
             overrides=self._overrides,
         )
-        self._local_breakers[backend] = (settings, local)
+        self._local_breakers[spec.backend] = (settings, local)
         fleet = FleetBreaker(
-            backend,
+            spec.backend,
             b.fail_max,
             b.reset_timeout_seconds,
             b.half_open_probes,
             settings.concurrency.max_limit,
-            slot_ttl,
+            spec.slot_ttl,
             self.link,
             local,
             self._background.spawn,
-            on_transition,
-            failure_rate,
-            slow_calls,
+            spec.on_transition,
+            spec.failure_rate,
+            spec.slow_calls,
             self._overrides,
         )
         self._breakers.add(fleet)
@@ -283,26 +269,18 @@ class RedisStores:
         await self.link.close()
 
 
-def local_breaker(
-    backend: str,
-    settings: BackendSettings,
-    on_transition: Callable[[str, str, str], None] | None,
-    failure_rate: FailureRate | None,
-    slow_calls: SlowCalls | None = None,
-    share: int = 1,
-    overrides: Overrides | None = None,
-) -> Breaker:
+def local_breaker(spec: BreakerSpec, share: int = 1, overrides: Overrides | None = None) -> Breaker:
     """An in-process breaker with ``1/share`` of the backend's failures to open and
     in-flight ceiling (``share`` > 1: a fleet replica while Redis is down)."""
-    b = settings.breaker
+    settings, b = spec.settings, spec.settings.breaker
     return Breaker(
-        backend,
+        spec.backend,
         local_fail_max(settings, share),
         b.reset_timeout_seconds,
         LocalProbePermits(b.half_open_probes),
-        on_transition=on_transition,
-        failure_rate=failure_rate,
-        slow_calls=slow_calls,
+        on_transition=spec.on_transition,
+        failure_rate=spec.failure_rate,
+        slow_calls=spec.slow_calls,
         max_in_flight=local_ceiling(settings, share),
         max_hold=b.max_retry_after_seconds,
         overrides=overrides,

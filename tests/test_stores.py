@@ -19,7 +19,7 @@ from authn_gateway.config import RedisSettings
 from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
 from authn_gateway.redis_link import RedisDown
-from authn_gateway.stores import MemoryStores, RedisStores
+from authn_gateway.stores import BreakerSpec, MemoryStores, RedisStores
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 from backends.settings import BreakerSettings, ConcurrencySettings
 from tests.support.redis_server import RedisServer
@@ -136,7 +136,7 @@ def breaker_settings(fail_max: int = 2, probes: int = 1, in_flight: int = 10) ->
 
 
 def gate(state: Any, name: str, **kw: Any) -> CallGate:
-    gate: CallGate = state.breaker(name, breaker_settings(**kw), 5.0, lambda *a: None, None)
+    gate: CallGate = state.breaker(BreakerSpec(name, breaker_settings(**kw), 5.0, lambda *a: None))
     return gate
 
 
@@ -209,7 +209,9 @@ async def test_fleet_failures_are_counted_across_replicas(redis_server: RedisSer
 
 
 async def test_in_flight_slots_expire_when_the_holder_dies(shared: RedisStores) -> None:
-    breaker = shared.breaker("dying", breaker_settings(in_flight=1), 0.2, lambda *a: None, None)
+    breaker = shared.breaker(
+        BreakerSpec("dying", breaker_settings(in_flight=1), 0.2, lambda *a: None)
+    )
     assert await breaker.admit() not in (None, BUSY)  # never settled
     assert await breaker.admit() is BUSY
     await asyncio.sleep(0.3)
