@@ -33,12 +33,11 @@ def concurrently(n: int, target: Callable[[int], None]) -> None:
         t.join()
 
 
-def test_an_idp_that_answers_every_call_late_is_cut_off_by_the_slow_call_rule(
-    fake_idp: FakeIdP, gateway_factory: GatewayFactory
-) -> None:
+def slow_call_gateway(fake_idp: FakeIdP, gateway_factory: GatewayFactory) -> GatewayProcess:
+    """A breaker that only the slow-call rule can open (fail_max high; every answer is a
+    200): 80 % of at least 10 calls slower than 0.3 s."""
     backend = userinfo_backend(
         fake_idp,
-        # fail_max high: only the slow-call rule can open it (every answer is a 200).
         breaker={
             "fail_max": 1000,
             "reset_timeout_seconds": 30,
@@ -50,7 +49,13 @@ def test_an_idp_that_answers_every_call_late_is_cut_off_by_the_slow_call_rule(
             },
         },
     )
-    gw = gateway_factory({"backends": [backend]})
+    return gateway_factory({"backends": [backend]})
+
+
+def test_an_idp_that_answers_every_call_late_is_cut_off_by_the_slow_call_rule(
+    fake_idp: FakeIdP, gateway_factory: GatewayFactory
+) -> None:
+    gw = slow_call_gateway(fake_idp, gateway_factory)
     fake_idp.configure(latency=0.4)
     answers: list[bool] = []
     concurrently(10, lambda i: answers.append(review(gw, f"good-slow{i}")["authenticated"]))
@@ -67,20 +72,7 @@ def test_an_idp_that_answers_every_call_late_is_cut_off_by_the_slow_call_rule(
 def test_slow_calls_under_the_rate_leave_the_breaker_closed(
     fake_idp: FakeIdP, gateway_factory: GatewayFactory
 ) -> None:
-    backend = userinfo_backend(
-        fake_idp,
-        breaker={
-            "fail_max": 1000,
-            "reset_timeout_seconds": 30,
-            "slow_calls": {
-                "duration_threshold_seconds": 0.3,
-                "rate_threshold": 0.8,
-                "window_seconds": 60,
-                "min_calls": 10,
-            },
-        },
-    )
-    gw = gateway_factory({"backends": [backend]})
+    gw = slow_call_gateway(fake_idp, gateway_factory)
     fake_idp.configure(latency=0.4)
     concurrently(5, lambda i: review(gw, f"good-slow{i}"))
     fake_idp.configure(latency=0.0)
