@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from loadtests.cpu import cpu_seconds
 from loadtests.locustfile import GITLAB_USERS, TOKEN_KINDS
 from loadtests.scenarios import SCENARIOS, Scenario, Step
 from tests.support.procs import (
@@ -171,16 +172,6 @@ class Sample:
     breaker_opened: float = 0.0
     # CPU seconds used so far by each watched process (gateway, load generator, IdP).
     cpu: dict[str, float] = field(default_factory=dict)
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds a process has used (Linux /proc), None once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()  # from field 3 (state) on
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _breaker_state(metrics: str) -> str:

@@ -6,6 +6,7 @@ Figures are printed by the harness, never asserted here (2 shared cores).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -341,6 +342,35 @@ def test_the_tls_benchmark_runs_as_documented(tmp_path: Path) -> None:
     ]
     assert all(r["rps"] > 0 for r in doc["throughput"])
     assert doc["tls"]["tls_over_plain_rps"] > 0
+
+
+def test_the_benchmark_runs_as_documented(tmp_path: Path) -> None:
+    # docs/benchmarks.md quotes `python -m loadtests.bench --seconds 6 --rounds 5 ...`.
+    if shutil.which("wrk") is None:
+        pytest.fail("wrk is not installed (Debian package wrk)")
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "loadtests.bench", "--seconds", "1", "--rounds", "1"]
+    cmd += ["--misses", "20", "--entries", "2000", "--connections", "4", "--json", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "against issue 19's targets" in result.stdout
+    assert "2 workers used " in result.stdout
+    doc = json.loads(out.read_text())
+    names = [r["name"] for r in doc["throughput"]]
+    assert names == [
+        "bare starlette",
+        "raw ASGI + orjson",
+        "gateway, local cache",
+        "gateway, review log off",
+        "gateway, Redis tier",
+        "gateway, 2 workers (cores 0-1)",
+    ]
+    for r in doc["throughput"]:
+        assert r["errors"] == 0 and r["rps"] > 0, r
+        # CPU is read from /proc for the server's whole process tree and for wrk.
+        assert 0 < r["server_cores"] <= (os.cpu_count() or 1) + 0.5, r
+        assert 0 < r["wrk_cores"] <= (os.cpu_count() or 1) + 0.5, r
+    assert doc["miss"]["samples"] == 20 and doc["miss"]["review_miss_p50_ms"] > 0
 
 
 def test_the_fleet_fault_measurement_runs_as_documented() -> None:
