@@ -249,7 +249,7 @@ def test_check_config_and_serve_refuse_the_same_files(
 
 
 def test_check_config_builds_the_tls_context_from_the_real_files(tmp_path: Path) -> None:
-    from tests.test_tls import issue, make_ca
+    from tests.support.pki import issue, make_ca
 
     ca = make_ca("server-ca")
     cert, key = issue(ca, "gw", server=True).write(tmp_path, "tls")
@@ -341,7 +341,7 @@ def test_a_disabled_admin_endpoint_needs_no_token(monkeypatch: pytest.MonkeyPatc
 def test_reference_config_checks_without_the_admin_token(tmp_path: Path) -> None:
     import os
 
-    from tests.test_tls import issue, make_ca
+    from tests.support.pki import issue, make_ca
 
     # The files the reference config names under /etc/authn-gateway, minted here.
     etc = tmp_path / "etc"

@@ -285,7 +285,7 @@ def test_sentinel_overlay_drains_one_redis_at_a_time_and_admits_only_its_peers()
 
 def _mounted_files(root: Path) -> None:
     """What the Deployment mounts under /etc/authn-gateway, minted for the test."""
-    from tests.test_tls import issue, make_ca
+    from tests.support.pki import issue, make_ca
 
     server_ca, client_ca = make_ca("server-ca"), make_ca("client-ca")
     (root / "tls").mkdir(parents=True)

@@ -6,7 +6,6 @@ certificates minted here by ``cryptography``.
 
 from __future__ import annotations
 
-import datetime
 import json
 import signal
 import socket
@@ -22,12 +21,10 @@ import httpx
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
+from tests.support.pki import Issued, issue, make_ca
 from tests.support.procs import (
     GatewayProcess,
     free_port,
@@ -46,95 +43,6 @@ GOOD_CALLER_TOKEN = "caller-secret-0123456789abcdef"
 
 
 # --- certificates -------------------------------------------------------------------
-
-
-@dataclass
-class Issued:
-    cert: x509.Certificate
-    key: ec.EllipticCurvePrivateKey
-
-    def cert_pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-    def key_pem(self) -> bytes:
-        return self.key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-
-    def write(self, directory: Path, stem: str) -> tuple[Path, Path]:
-        cert, key = directory / f"{stem}.crt", directory / f"{stem}.key"
-        cert.write_bytes(self.cert_pem())
-        key.write_bytes(self.key_pem())
-        return cert, key
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def make_ca(cn: str) -> Issued:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(_name(cn))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return Issued(cert, key)
-
-
-def issue(ca: Issued, cn: str, *, server: bool, serial: int | None = None) -> Issued:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    usage = x509.ExtendedKeyUsageOID.SERVER_AUTH if server else x509.ExtendedKeyUsageOID.CLIENT_AUTH
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(serial or x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
-            critical=False,
-        )
-    )
-    if server:
-        import ipaddress
-
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-    return Issued(builder.sign(ca.key, hashes.SHA256()), key)
 
 
 @dataclass

@@ -21,10 +21,8 @@ import argparse
 import asyncio
 import base64
 import binascii
-import datetime
 import hashlib
 import hmac
-import ipaddress
 import json
 import ssl
 import tempfile
@@ -35,11 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import jwt
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
 
+from ..pki import issue, make_ca
 from .idp import FakeIdP, _json, injected_fault
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
@@ -73,66 +70,12 @@ def _b64(data: bytes) -> str:
 
 def self_signed_tls(host: str) -> tuple[str, ssl.SSLContext]:
     """A CA (PEM, for the gateway) and a server context whose certificate it signed."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake issuer CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]),
-            critical=False,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca_pem = ca.public_bytes(serialization.Encoding.PEM).decode()
+    ca = make_ca("fake issuer CA")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory() as tmp:
-        cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+        cert_path, key_path = issue(ca, host, server=True, ip=host).write(Path(tmp), "server")
         ctx.load_cert_chain(cert_path, key_path)
-    return ca_pem, ctx
+    return ca.cert_pem().decode(), ctx
 
 
 class FakeIssuer(FakeIdP):
