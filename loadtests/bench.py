@@ -27,8 +27,6 @@ on it.
 from __future__ import annotations
 
 import argparse
-import datetime
-import ipaddress
 import json
 import os
 import re
@@ -47,12 +45,9 @@ from typing import Any
 
 import httpx
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from loadtests.cpu import tree_cpu_seconds
+from tests.support.pki import issue, make_ca
 from tests.support.procs import free_port, review_body, wait_for_port
 
 LUA = """
@@ -251,40 +246,10 @@ def servers(workdir: Path, idp_url: str, redis_url: str | None) -> list[Server]:
     return out
 
 
-def self_signed(workdir: Path) -> tuple[Path, Path]:
-    """A server certificate for 127.0.0.1 (EC P-256, what cert-manager issues by default)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = workdir / "tls.crt", workdir / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
-
-
 def tls_servers(workdir: Path, idp_url: str) -> list[Server]:
     """The same gateway twice: over plain HTTP, and with ``server.tls``."""
-    cert_file, key_file = self_signed(workdir)
+    # A server certificate for 127.0.0.1 (wrk checks no chain).
+    cert_file, key_file = issue(make_ca("bench CA"), "127.0.0.1", server=True).write(workdir, "tls")
     tls = {"tls": {"cert_file": str(cert_file), "key_file": str(key_file)}}
     out = []
     for i, (name, server, scheme) in enumerate(((PLAIN, {}, "http"), (TLS, tls, "https"))):
