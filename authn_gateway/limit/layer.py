@@ -19,7 +19,7 @@ from backends.base import Authenticator, HeldBack, Unavailable, Verdict
 
 from ..layer import Layer
 from ..metrics import Metrics
-from .slots import ConcurrencyLimiter, Priority, Refusal
+from .slots import ConcurrencyLimiter, Priority, Refusal, Slot
 
 #: Set by the cache layer around the call it makes for one key: True when a stale
 #: entry could answer the review meanwhile.
@@ -43,11 +43,11 @@ class ConcurrencyLayer(Layer):
     async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
         priority = Priority.HAS_FALLBACK if HAS_FALLBACK.get() else Priority.NO_FALLBACK
         if MAY_QUEUE.get():
-            slot = await self.limiter.acquire(priority, deadline)
+            slot: Slot | Refusal = await self.limiter.acquire(priority, deadline)
+        elif (free := self.limiter.try_acquire(priority)) is not None:
+            slot = free
         else:
-            slot = self.limiter.try_acquire(priority) or Refusal.QUEUE_FULL
-            if isinstance(slot, Refusal):
-                return Verdict(SATURATED, self.name)  # the refresh it queues counts
+            return Verdict(SATURATED, self.name)  # not counted: the refresh it queues is
         if isinstance(slot, Refusal):
             self.metrics.concurrency_refusal(self.name, slot.value)
             return Verdict(SATURATED, self.name)
