@@ -338,6 +338,43 @@ async def test_malformed_events_on_the_stream_are_skipped(link: RedisLink) -> No
         await b.close()
 
 
+class LosesTheCancellation:
+    """A stream reader whose blocking read turns the first cancellation into a timeout,
+    as redis-py's can when the cancellation lands as its own read timeout fires (seen
+    as a test whose close() never returned)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.lost = 0
+        self.closed = False
+
+    async def xrevrange(self, key: str, count: int) -> list[Any]:
+        return []
+
+    async def xread(self, streams: dict[str, str], block: int, count: int) -> None:
+        self.reads += 1
+        try:
+            await asyncio.sleep(block / 1000)
+        except asyncio.CancelledError:
+            if self.lost:
+                raise
+            self.lost += 1
+            raise TimeoutError("read timed out") from None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_close_ends_when_the_reader_loses_the_cancellation(link: RedisLink) -> None:
+    reader = LosesTheCancellation()
+    bus = RedisBus(link, reader, origin="a", block_seconds=0.5, retry_seconds=0.1)
+    await bus.start()
+    await asyncio.sleep(0.1)  # the loop is in its first blocking read
+    async with asyncio.timeout(5.0):
+        await bus.close()
+    assert (reader.reads, reader.lost, reader.closed) == (1, 1, True)
+
+
 async def test_without_redis_actions_apply_to_this_replica_and_say_so() -> None:
     tier = Tier(("alice", "aaaaaaaaaaaa"))
     evictor = Evictor(guard_seconds=5.0)
