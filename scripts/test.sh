@@ -3,7 +3,12 @@
 # the linters, the type checker and the whole test suite.
 #
 #   ./scripts/test.sh            # everything
-#   ./scripts/test.sh -k cache   # extra arguments go to pytest
+#   ./scripts/test.sh -k cache   # extra arguments go to pytest (one process, serial)
+#
+# The whole suite runs on TEST_WORKERS pytest-xdist workers (2: this machine's cores),
+# a test file to a worker, so each file's servers start once. Tests marked
+# "exclusive" saturate both cores on their own (wrk, locust, measurement scripts) and
+# would starve the timing of whatever ran beside them: they run alone, afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +43,8 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/pytest -q "$@"
+if [ $# -gt 0 ]; then
+    exec .venv/bin/pytest -q "$@"
+fi
+.venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile -m "not exclusive"
+.venv/bin/pytest -q -m exclusive

@@ -447,6 +447,7 @@ def test_an_override_set_while_redis_is_down_reaches_the_fleet_when_it_is_back(
     assert fake_idp.calls == 0
 
 
+@pytest.mark.exclusive
 def test_the_forced_closed_measurement_runs_as_documented() -> None:
     # docs/operations.md and docs/decisions.md quote `python -m loadtests.forced_closed`.
     result = subprocess.run(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from loadtests.direct import VARIANTS, compare
 from loadtests.run import Result, brownout_end, mean_capacity
@@ -28,6 +29,7 @@ def control(idp: FakeIdP) -> Any:
     return call
 
 
+@pytest.mark.exclusive
 def test_the_direct_reference_never_has_more_than_six_calls_at_the_idp(fake_idp: FakeIdP) -> None:
     figures = compare(fake_idp.url, control(fake_idp), 4, 0.05, seconds=2.0)
     assert set(figures) == set(VARIANTS)
@@ -41,6 +43,7 @@ def test_the_direct_reference_never_has_more_than_six_calls_at_the_idp(fake_idp:
     assert fake_idp.faults.capacity is None
 
 
+@pytest.mark.exclusive
 def test_the_documented_direct_command_prints_its_table() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "loadtests.direct", "--seconds", "1"],

@@ -257,6 +257,7 @@ def test_fake_keystone_incident_fault_refuses_every_service_token(keystone: Fake
 # ---- a bounded run of the runner ----------------------------------------------------------
 
 
+@pytest.mark.exclusive
 def test_runner_prints_a_table_and_writes_a_plot(tmp_path: Path) -> None:
     if shutil.which("locust", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("locust is not installed; pip install -e '.[loadtest]'")
@@ -304,6 +305,7 @@ def test_poisson_schedule_keeps_the_rate_and_catches_up_after_a_slow_review() ->
     assert schedule.wait() == 0.0
 
 
+@pytest.mark.exclusive
 def test_the_parked_connection_measurement_runs_as_documented() -> None:
     # docs/operations.md and docs/decisions.md quote `python -m loadtests.parked`.
     result = subprocess.run(
@@ -318,6 +320,7 @@ def test_the_parked_connection_measurement_runs_as_documented() -> None:
     assert "50 unfinished 16 KiB heads: +" in result.stdout
 
 
+@pytest.mark.exclusive
 def test_the_tls_benchmark_runs_as_documented(tmp_path: Path) -> None:
     # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.bench --tls`.
     if shutil.which("wrk") is None:
@@ -344,6 +347,7 @@ def test_the_tls_benchmark_runs_as_documented(tmp_path: Path) -> None:
     assert doc["tls"]["tls_over_plain_rps"] > 0
 
 
+@pytest.mark.exclusive
 def test_the_benchmark_runs_as_documented(tmp_path: Path) -> None:
     # docs/benchmarks.md quotes `python -m loadtests.bench --seconds 6 --rounds 5 ...`.
     if shutil.which("wrk") is None:
@@ -373,6 +377,7 @@ def test_the_benchmark_runs_as_documented(tmp_path: Path) -> None:
     assert doc["miss"]["samples"] == 20 and doc["miss"]["review_miss_p50_ms"] > 0
 
 
+@pytest.mark.exclusive
 def test_the_fleet_fault_measurement_runs_as_documented() -> None:
     # docs/benchmarks.md and docs/operations.md quote `python -m loadtests.fleet_faults`
     # with --backend and --expected-replicas; a short run, one fault, two replicas.

@@ -188,6 +188,7 @@ def test_a_write_back_stops_when_redis_fails_again_and_finishes_when_it_returns(
     assert fake_idp.calls == 100
 
 
+@pytest.mark.exclusive
 def test_the_shared_cache_cost_measurement_runs_as_documented() -> None:
     # docs/decisions.md and docs/operations.md quote `python -m loadtests.shared_cache_costs`.
     import subprocess
