@@ -120,7 +120,9 @@ class KeepingTransport:
     def write_eof(self) -> None: ...
 
 
-def connection(app: Any, protocol: type[HttpToolsProtocol]) -> tuple[Any, KeepingTransport]:
+def connection(
+    app: Any, protocol: type[HttpToolsProtocol], transport: KeepingTransport | None = None
+) -> tuple[Any, KeepingTransport]:
     edge = EdgeLimits()
     # The server's wiring (server.run): cache hits answered by the protocol itself.
     edge.answer_at_once = getattr(app, "answer_at_once", None)
@@ -135,7 +137,7 @@ def connection(app: Any, protocol: type[HttpToolsProtocol]) -> tuple[Any, Keepin
     )
     config.load()
     conn = protocol(config=config, server_state=ServerState(), app_state={})
-    transport = KeepingTransport()
+    transport = transport or KeepingTransport()
     conn.connection_made(transport)
     return conn, transport
 

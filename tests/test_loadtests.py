@@ -397,3 +397,25 @@ def test_the_fleet_fault_measurement_runs_as_documented() -> None:
     assert row["bound"] == "5 + 20 + 1 = 26"  # fail_max + max_limit + probes in 1 s
     assert 1 <= row["idp_calls_in_outage"] <= 26  # the IdP's own count, within the bound
     assert row["errors_in_outage"].get("idp: circuit breaker open", 0) > 0
+
+
+@pytest.mark.exclusive
+def test_the_miss_path_measurement_runs_as_documented() -> None:
+    # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.misspath`.
+    cmd = [sys.executable, "-m", "loadtests.misspath", "--calls", "30"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = dict(
+        (line[:58].strip(), float(line[58:].split("us")[0]))
+        for line in result.stdout.splitlines()
+        if line.startswith("  ") and " us " in line
+    )
+    for label in (
+        "IdP call, bare asyncio HTTP/1.1 (the floor)",
+        "IdP call, plain httpx.AsyncClient",
+        "IdP call, the backend (its client and wrappers)",
+        "backend stack (cache, coalesce, breaker, bucket, ...)",
+        "pipeline.review (routing, admission)",
+        "whole request through the edge protocol",
+    ):
+        assert rows.get(label, 0) > 0, (label, result.stdout)
