@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from backends.base import Authenticated
 from tests.support.procs import free_port, wait_for_port
 
 from .bench import pinned
-from .hotpath import KeepingTransport, connection
+from .hotpath import KeepingTransport, best_us_async, connection
 
 CONFIG = """
 inbound_limit: {{rate: 1000000000, burst: 1000000000}}
@@ -60,18 +59,6 @@ _serial = itertools.count()
 
 def fresh_token() -> str:
     return f"good-miss-{next(_serial)}"
-
-
-async def best_us(calls: int, one: Callable[[], Awaitable[Any]]) -> float:
-    """CPU of this process per call, best of ``ROUNDS`` rounds of ``calls`` calls."""
-    await one()
-    best = float("inf")
-    for _ in range(ROUNDS):
-        started = time.process_time()
-        for _ in range(calls):
-            await one()
-        best = min(best, (time.process_time() - started) / calls * 1e6)
-    return best
 
 
 class AwaitedTransport(KeepingTransport):
@@ -185,7 +172,8 @@ async def measure(url: str, port: int, calls: int, profile: str | None) -> None:
     print(f"CPU of the gateway's process per missed review, best of {ROUNDS} x {calls:,}:")
     floor = 0.0
     for label, one in parts:
-        micros = await best_us(calls, one)
+        await one()  # connections made, first-call imports done
+        micros = await best_us_async(one, ROUNDS, calls)
         floor = floor or micros
         print(f"  {label:<56} {micros:7.1f} us  {micros / floor:5.2f} x floor", flush=True)
     if session is not None:
