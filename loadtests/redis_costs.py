@@ -1,9 +1,10 @@
 """What one Redis operation costs the gateway process, on this machine.
 
 Prints client CPU and wall time per operation for the calls fleet mode makes:
-a cache GET, the GCRA bucket script, the probe-permit script, and the pipelined
-breaker sync. These figures decided which calls may sit on the review hot path
-(none) and how often to poll breaker state (docs/decisions.md, "Fleet mode").
+a cache GET, the GCRA bucket script, the breaker's admission and settle scripts
+(one of each per fleet-admitted IdP call), and the pipelined breaker sync. These
+figures decided which calls may sit on the review hot path (none) and how often to
+poll breaker state (docs/decisions.md, "Fleet mode").
 
     python -m loadtests.redis_costs            # starts its own redis-server
 """
@@ -11,18 +12,17 @@ breaker sync. These figures decided which calls may sit on the review hot path
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as redis
 
-from authn_gateway.breaker.redis import PROBE_ACQUIRE
+from authn_gateway.breaker.redis import ADMIT, SETTLE
 from authn_gateway.bucket.redis import GCRA_TAKE
-from tests.support.procs import free_port, wait_for_port
+from tests.support.redis_server import RedisServer
 
 N = 5000
 
@@ -52,31 +52,33 @@ async def main(port: int) -> None:
         await pipe.execute()
 
     gcra = r.register_script(GCRA_TAKE)
-    probe = r.register_script(PROBE_ACQUIRE)
+    admit, settle = r.register_script(ADMIT), r.register_script(SETTLE)
+    breaker = ["breaker:0", "in-flight", "probes", "failures"]
     print(f"per operation, mean of {N}:")
     await measure("cache GET (300-byte entry)", lambda: r.get("k"))
     await measure(
         "GCRA bucket script (EVALSHA)", lambda: gcra(keys=["b"], args=["0.000001", 10**9, "0"])
     )
+    # As breaker/redis.py calls them: a slot taken for call "m", then freed as a success.
     await measure(
-        "probe permit script (EVALSHA)", lambda: probe(keys=["p"], args=[10**9, 1000, "m"])
+        "breaker admission script (EVALSHA)",
+        lambda: admit(keys=breaker[:3], args=[10**9, 30_000, "m", 30, 1]),
+    )
+    await measure(
+        "breaker settle script (EVALSHA)",
+        lambda: settle(keys=breaker, args=["m", "ok", 5, 0, "breaker-events", "idp"]),
     )
     await measure("breaker sync, 4 backends (pipelined)", sync)
     await r.aclose()
 
 
 if __name__ == "__main__":
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed")
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", tmp],
-            stdout=subprocess.DEVNULL,
-        )
         try:
-            wait_for_port(port)
-            asyncio.run(main(port))
+            server = RedisServer(Path(tmp)).start()
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from None
+        try:
+            asyncio.run(main(server.port))
         finally:
-            proc.kill()
+            server.stop()

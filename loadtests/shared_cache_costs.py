@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from authn_gateway.cache.memory import MemoryStore
@@ -31,7 +30,7 @@ from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
 from authn_gateway.redis_link import RedisLink
 from backends.base import Authenticated, UserInfo
-from tests.support.procs import free_port, wait_for_port
+from tests.support.redis_server import RedisServer
 
 SECRET = os.urandom(32)
 PREVIOUS = os.urandom(32)
@@ -115,18 +114,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--identities", type=int, default=20_000)
     args = parser.parse_args()
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed")
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", tmp],
-            stdout=subprocess.DEVNULL,
-        )
         try:
-            wait_for_port(port)
-            asyncio.run(main(port, args.identities))
+            server = RedisServer(Path(tmp)).start()
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from None
+        try:
+            asyncio.run(main(server.port, args.identities))
         finally:
-            proc.kill()
-            proc.wait()
+            server.stop()

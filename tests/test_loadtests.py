@@ -419,3 +419,15 @@ def test_the_miss_path_measurement_runs_as_documented() -> None:
         "whole request through the edge protocol",
     ):
         assert rows.get(label, 0) > 0, (label, result.stdout)
+
+
+@pytest.mark.exclusive
+def test_the_redis_cost_measurement_runs_as_documented() -> None:
+    # docs/decisions.md ("Fleet mode") quotes `python -m loadtests.redis_costs`.
+    cmd = [sys.executable, "-m", "loadtests.redis_costs"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for label in ("cache GET", "GCRA bucket script", "breaker admission", "breaker settle"):
+        assert any(
+            line.startswith(label) and " us CPU " in line for line in result.stdout.splitlines()
+        ), (label, result.stdout)
