@@ -70,13 +70,13 @@ SCOPE = {
 ROUNDS, N = 5, 20_000
 
 
-def best_us(run: Callable[[], Any]) -> float:
+def best_us(run: Callable[[], Any], calls: int = N) -> float:
     best = float("inf")
     for _ in range(ROUNDS):
         started = time.process_time()
-        for _ in range(N):
+        for _ in range(calls):
             run()
-        best = min(best, (time.process_time() - started) / N * 1e6)
+        best = min(best, (time.process_time() - started) / calls * 1e6)
     return best
 
 
@@ -145,7 +145,7 @@ def connection(
     return conn, transport
 
 
-async def http_us(app: Any, protocol: type[HttpToolsProtocol]) -> float:
+async def http_us(app: Any, protocol: type[HttpToolsProtocol], calls: int = N) -> float:
     """One request through the protocol: parse, task, app, answer written."""
     conn, transport = connection(app, protocol)
 
@@ -156,12 +156,18 @@ async def http_us(app: Any, protocol: type[HttpToolsProtocol]) -> float:
             await asyncio.sleep(0)
 
     await one()
-    us = await best_us_async(one)
+    us = await best_us_async(one, ROUNDS, calls)
     conn.connection_lost(None)
     return us
 
 
-async def main(profile: str | None) -> None:
+async def main(profile: str | None, calls: int = N) -> None:
+    def timed(run: Callable[[], Any]) -> float:
+        return best_us(run, calls)
+
+    async def timed_async(run: Callable[[], Awaitable[Any]]) -> float:
+        return await best_us_async(run, ROUNDS, calls)
+
     app = GatewayApp(Gateway(parse_config(CONFIG, "hotpath")))
     assert app.review_log is not None
     # Lines are queued as in production; the writer thread writes them to /dev/null.
@@ -187,42 +193,45 @@ async def main(profile: str | None) -> None:
         conn, transport = connection(app, GatewayHttpProtocol)
         prof = cProfile.Profile()
         prof.enable()
-        for _ in range(N):
+        for _ in range(calls):
             want = transport.answers + 1
             conn.data_received(REQUEST)
             while transport.answers < want:
                 await asyncio.sleep(0)
         prof.disable()
         prof.dump_stats(profile)
-        print(f"profile of {N:,} requests through the protocol written to {profile}")
+        print(f"profile of {calls:,} requests through the protocol written to {profile}")
     rows = [
-        ("raw ASGI + orjson through uvicorn's protocol", await http_us(raw_app, HttpToolsProtocol)),
-        ("gateway through the edge protocol", await http_us(app, GatewayHttpProtocol)),
+        (
+            "raw ASGI + orjson through uvicorn's protocol",
+            await http_us(raw_app, HttpToolsProtocol, calls),
+        ),
+        ("gateway through the edge protocol", await http_us(app, GatewayHttpProtocol, calls)),
         (
             "  whole review (ASGI app, cache hit)",
-            await best_us_async(lambda: app(SCOPE, receive, send)),
+            await timed_async(lambda: app(SCOPE, receive, send)),
         ),
         (
             "    pipeline.review",
-            await best_us_async(lambda: gateway.pipeline.review(TOKEN, (), "127.0.0.1")),
+            await timed_async(lambda: gateway.pipeline.review(TOKEN, (), "127.0.0.1")),
         ),
         (
             "      backend stack (key, cache, verdict)",
-            await best_us_async(lambda: stack.review(TOKEN, (), loop.time() + 5)),
+            await timed_async(lambda: stack.review(TOKEN, (), loop.time() + 5)),
         ),
         (
             "        HMAC-SHA256 cache key",
-            best_us(lambda: gateway.hasher.cache_key(key_ns, TOKEN, ())),
+            timed(lambda: gateway.hasher.cache_key(key_ns, TOKEN, ())),
         ),
-        ("      pre-rejection", best_us(lambda: prerejection_reason(TOKEN, True))),
-        ("    parse TokenReview", best_us(lambda: parse_review(BODY))),
+        ("      pre-rejection", timed(lambda: prerejection_reason(TOKEN, True))),
+        ("    parse TokenReview", timed(lambda: parse_review(BODY))),
         (
             "    render the answer",
-            best_us(lambda: render_verdict("authentication.k8s.io/v1", verdict, gateway.markers)),
+            timed(lambda: render_verdict("authentication.k8s.io/v1", verdict, gateway.markers)),
         ),
         (
             "    metrics (counter + histogram)",
-            best_us(
+            timed(
                 lambda: gateway.metrics.review(
                     "authentication.k8s.io/v1", "idp", "authenticated", 1e-4
                 )
@@ -230,11 +239,11 @@ async def main(profile: str | None) -> None:
         ),
         (
             "    token id for the log (keyed BLAKE2b)",
-            best_us(lambda: gateway.hasher.token_id(TOKEN)),
+            timed(lambda: gateway.hasher.token_id(TOKEN)),
         ),
         (
             "    review log line",
-            best_us(
+            timed(
                 lambda: app.review_log.write(  # type: ignore[union-attr]
                     token="0123456789ab",
                     answer="authenticated",
@@ -247,7 +256,7 @@ async def main(profile: str | None) -> None:
             ),
         ),
     ]
-    print(f"CPU per call, best of {ROUNDS} x {N:,} (in process, no sockets):")
+    print(f"CPU per call, best of {ROUNDS} x {calls:,} (in process, no sockets):")
     for label, micros in rows:
         print(f"  {label:<48} {micros:6.2f} us")
     raw, gw = rows[0][1], rows[1][1]
@@ -258,7 +267,8 @@ async def main(profile: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", help="write a cProfile of the protocol run here")
+    parser.add_argument("--calls", type=int, default=N, help=f"calls per round ({N:,})")
     args = parser.parse_args()
     import uvloop
 
-    uvloop.run(main(args.profile))
+    uvloop.run(main(args.profile, args.calls))

@@ -13,6 +13,7 @@ figures: ``taskset -c 1 python -m loadtests.jwt_cost``.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import time
@@ -73,9 +74,11 @@ async def best_us(gateway: Gateway, tokens: list[str]) -> float:
     return best
 
 
-async def measure(issuer: FakeIssuer, alg_kid: str, mappings: dict[str, Any]) -> dict[str, float]:
+async def measure(
+    issuer: FakeIssuer, alg_kid: str, mappings: dict[str, Any], n: int = N
+) -> dict[str, float]:
     claims = issuer.claims(groups=["dev", "ops"], scope="read write")
-    fresh = [issuer.mint({**claims, "jti": str(i)}, kid=alg_kid) for i in range(N * ROUNDS)]
+    fresh = [issuer.mint({**claims, "jti": str(i)}, kid=alg_kid) for i in range(n * ROUNDS)]
     figures = {}
     for cache in (False, True):
         gateway = Gateway(parse_config(config(issuer, mappings, cache), "bench"))
@@ -84,14 +87,14 @@ async def measure(issuer: FakeIssuer, alg_kid: str, mappings: dict[str, Any]) ->
             if cache:
                 one = issuer.mint(claims, kid=alg_kid)
                 await gateway.pipeline.review(one, (), "bench")
-                figures["cached"] = await best_us(gateway, [one] * N)
+                figures["cached"] = await best_us(gateway, [one] * n)
                 await gateway.pipeline.review("demo-token", (), "bench")
-                figures["static"] = await best_us(gateway, ["demo-token"] * N)
+                figures["static"] = await best_us(gateway, ["demo-token"] * n)
             else:
                 # Each round gets tokens never seen (no cache anyway: positive TTL 0).
                 best = float("inf")
                 for r in range(ROUNDS):
-                    batch = fresh[r * N : (r + 1) * N]
+                    batch = fresh[r * n : (r + 1) * n]
                     best = min(best, await best_once(gateway, batch))
                 figures["uncached"] = best
         finally:
@@ -106,15 +109,15 @@ async def best_once(gateway: Gateway, tokens: list[str]) -> float:
     return (time.process_time() - started) / len(tokens) * 1e6
 
 
-async def main() -> None:
+async def main(n: int) -> None:
     issuer = FakeIssuer().start_in_thread()
     issuer.add_key("ec-1", "ES256")
     try:
-        print(f"jwt review cost, us of CPU per review (best of {ROUNDS} x {N}), pid {os.getpid()}")
+        print(f"jwt review cost, us of CPU per review (best of {ROUNDS} x {n}), pid {os.getpid()}")
         print(f"{'key':6} {'mappings':9} {'uncached':>9} {'cached':>8} {'static':>8} {'ratio':>7}")
         for kid, alg in (("key-1", "RS256"), ("ec-1", "ES256")):
             for label, mappings in (("claim", PLAIN_MAPPINGS), ("CEL", CEL_MAPPINGS)):
-                f = await measure(issuer, kid, mappings)
+                f = await measure(issuer, kid, mappings, n)
                 print(
                     f"{alg:6} {label:9} {f['uncached']:9.1f} {f['cached']:8.1f} "
                     f"{f['static']:8.1f} {f['uncached'] / f['cached']:6.1f}x"
@@ -124,4 +127,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=N, help=f"reviews per round ({N})")
+    asyncio.run(main(parser.parse_args().calls))
