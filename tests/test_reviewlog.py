@@ -10,6 +10,9 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
+from authn_gateway import reviewlog
 from authn_gateway.logsink import LogSink
 from authn_gateway.reviewlog import ReviewLog
 
@@ -52,6 +55,30 @@ def test_text_lines_are_logfmt_with_quoting() -> None:
         "msg=review token=abc123 answer=authenticated backend=s ms=0.1 cached=True stale=True "
         'user="Jane Doe"',
     ]
+
+
+def test_quoted_values_are_remembered_within_a_bound_and_stay_quoted() -> None:
+    reviewlog._QUOTED.clear()
+    for i in range(reviewlog._QUOTED_MAX + 10):
+        assert reviewlog._logfmt(f"user {i}") == f'"user {i}"'
+        assert len(reviewlog._QUOTED) <= reviewlog._QUOTED_MAX
+    # Remembered or not, a value that could end the line is escaped every time.
+    for _ in range(2):
+        assert reviewlog._logfmt("eve\nmsg=review") == '"eve\\nmsg=review"'
+        assert reviewlog._logfmt("") == '""'
+        assert reviewlog._logfmt("plain") == "plain"
+
+
+def test_the_time_stamp_moves_with_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1_700_000_000.0004]
+    monkeypatch.setattr(reviewlog.time, "time", lambda: now[0])
+    assert reviewlog._utc_now() == "2023-11-14T22:13:20.000Z"
+    now[0] += 0.0003  # the same millisecond: the same text
+    assert reviewlog._utc_now() == "2023-11-14T22:13:20.000Z"
+    now[0] += 0.0011
+    assert reviewlog._utc_now() == "2023-11-14T22:13:20.001Z"
+    now[0] += 1.0
+    assert reviewlog._utc_now() == "2023-11-14T22:13:21.001Z"
 
 
 def test_json_lines_parse() -> None:
