@@ -509,15 +509,25 @@ class FakeIdP:
 
         try:
             await serve_h11(reader, writer, answer)
+        except asyncio.CancelledError:
+            # Only stop() cancels a handler. Ended quietly: Python 3.11's stream server
+            # reports a handler task that ends cancelled as an error in a callback.
+            return
         finally:
             self._writers.discard(writer)
+
+    async def _control_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # as in _connection
+            await serve_h11(reader, writer, self._control_answer)
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._listen()
         if self.control_port is not None:
             self._control = await asyncio.start_server(
-                lambda r, w: serve_h11(r, w, self._control_answer), self.host, self.control_port
+                self._control_connection, self.host, self.control_port
             )
             self.control_port = self._control.sockets[0].getsockname()[1]
 
