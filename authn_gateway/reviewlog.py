@@ -41,7 +41,8 @@ def _quoted(text: str) -> str:
 
 # User names and callers repeat from line to line: each is quoted once, then looked up
 # (a regex search per value was a tenth of a cache hit's log line). Bounded: cleared
-# when full, and only names and callers go in, never a token.
+# when full. Only names and callers go in, never a token; reasons are quoted as they
+# come, so that a run of distinct ones cannot keep clearing it.
 _QUOTED: dict[str, str] = {}
 _QUOTED_MAX = 4096
 
@@ -180,7 +181,7 @@ class ReviewLog:
                 f"backend={backend} ms={ms} cached={cached}"
                 + (" stale=True" if stale else "")
                 + (f" user={_logfmt(user)}" if user is not None else "")
-                + (f" reason={_logfmt(reason)}" if reason is not None else "")
+                + (f" reason={_quoted(reason)}" if reason is not None else "")
                 + (f" caller={_logfmt(caller)}" if caller is not None else "")
             )
         self.sink.put(line, "review")
@@ -200,7 +201,7 @@ class ReviewLog:
         else:
             line = (
                 f"time={_utc_now()} level=info msg=review_summary answer=unavailable "
-                f"backend={backend} reason={_logfmt(reason)} count={count} seconds={seconds:g}"
+                f"backend={backend} reason={_quoted(reason)} count={count} seconds={seconds:g}"
             )
         self.sink.put(line, "review")
 

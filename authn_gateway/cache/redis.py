@@ -34,7 +34,6 @@ Redis are counted through a sorted set of their keys scored by expiry
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
@@ -53,6 +52,7 @@ from ..metrics import Metrics
 from ..redis_link import RedisLink
 from ..revocation.subject import Subject
 from ..sealing import document_fields, document_key_id, seal_document, unseal_document
+from ..tasks import STOP_PATIENCE, cancel_and_wait
 from .memory import MemoryStore
 from .policy import CacheEntry, PreviousKeys
 
@@ -396,10 +396,9 @@ class TieredCacheStore:
         self._spawn("count", self._count_forever())
 
     async def close(self) -> None:
-        for task in self._tasks.values():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for name, task in list(self._tasks.items()):
+            if not await cancel_and_wait(task, STOP_PATIENCE):
+                log.warning("shared cache: the %s task did not stop; left behind", name)
         self._tasks.clear()
 
     # ---- evictions ----

@@ -9,12 +9,12 @@ the other replicas were told.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from ..metrics import Metrics
+from ..tasks import STOP_PATIENCE, cancel_and_wait
 from .bus import Bus, Event
 from .denylist import DenyList
 from .eviction import Evicted, Evictor
@@ -98,10 +98,8 @@ class Revocations:
         self._sync = asyncio.get_running_loop().create_task(self._sync_forever())
 
     async def close(self) -> None:
-        if self._sync is not None:
-            self._sync.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sync
+        if self._sync is not None and not await cancel_and_wait(self._sync, STOP_PATIENCE):
+            log.warning("deny list: the refresh loop did not stop; left behind")
         await self.bus.close()
 
     async def _received(self, event: Event) -> None:
