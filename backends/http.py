@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from http.cookiejar import Cookie, CookieJar
 from pathlib import Path
 
 import httpx
@@ -163,6 +164,23 @@ class ResendIfDropped(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+class KeepsNoCookies(CookieJar):
+    """A cookie jar that stores nothing, for clients shared by every review.
+
+    An httpx client keeps the cookies its answers set and sends them with every later
+    request to that host. One client validates everyone's tokens, so a cookie set in
+    answer to one user's call (GitLab's API, for one, authenticates a ``_gitlab_session``
+    cookie) would travel with the next user's token. A validation call carries its own
+    credential and nothing else.
+    """
+
+    def extract_cookies(self, response: object, request: object) -> None:
+        return None
+
+    def set_cookie(self, cookie: Cookie) -> None:
+        return None
+
+
 def make_client(
     base_url: str,
     timeouts: TimeoutSettings,
@@ -210,6 +228,7 @@ def make_client(
         # An IdP never needs to redirect a validation call; following one could leak
         # the token to another host.
         follow_redirects=False,
+        cookies=KeepsNoCookies(),
         trust_env=False,
     )
 

@@ -1,4 +1,8 @@
-"""The backends' HTTP client does no avoidable work per IdP call.
+"""The backends' HTTP client carries nothing from one call to the next, and does no
+avoidable work per IdP call.
+
+One client validates every user's token, so nothing an answer leaves behind (a cookie)
+may travel with the next user's call.
 
 httpcore (1.0) runs ``import sniffio`` inside every lock's setup, four times a request.
 Without sniffio installed each of those imports fails only after a search of sys.path
@@ -7,15 +11,96 @@ Without sniffio installed each of those imports fails only after a search of sys
 
 from __future__ import annotations
 
+import asyncio
 import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import ModuleType
 
+import httpx
+import pytest
+
 from backends.http import TLSClientSettings, make_client
+from backends.jwt.backend import JWTSettings, issuer_client
 from backends.settings import TimeoutSettings
-from tests.support.fakes.idp import FakeIdP
+from tests.support.fakes.idp import FakeIdP, serve_h11
+
+
+class CookieSettingIdP:
+    """An HTTP server whose every answer sets session cookies (as GitLab's web login
+    does, and load balancers' stickiness), and which records each request's Cookie."""
+
+    def __init__(self) -> None:
+        self.cookies_sent: list[str | None] = []
+        self.port = 0
+
+    async def answer(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        self.cookies_sent.append(headers.get("cookie"))
+        # One header per cookie would need a list; two cookies in one answer is enough.
+        cookie = f"_gitlab_session=for-call-{len(self.cookies_sent)}; path=/; HttpOnly"
+        return 200, {"content-type": "application/json", "set-cookie": cookie}, b"{}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+async def cookie_idp() -> AsyncIterator[CookieSettingIdP]:
+    idp = CookieSettingIdP()
+    server = await asyncio.start_server(lambda r, w: serve_h11(r, w, idp.answer), "127.0.0.1", 0)
+    idp.port = server.sockets[0].getsockname()[1]
+    try:
+        yield idp
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def calls_with_three_tokens(client: httpx.AsyncClient, url: str) -> None:
+    try:
+        for user in ("alice", "bob", "mallory"):
+            answer = await client.get(url, headers={"Authorization": f"Bearer {user}"})
+            assert answer.status_code == 200
+            assert "set-cookie" in answer.headers  # the IdP did set one
+    finally:
+        await client.aclose()
+
+
+async def test_a_cookie_an_idp_answer_sets_never_goes_with_a_later_call(
+    cookie_idp: CookieSettingIdP,
+) -> None:
+    client = make_client(cookie_idp.url, TimeoutSettings(), TLSClientSettings())
+    await calls_with_three_tokens(client, "/api/v4/user")
+    assert cookie_idp.cookies_sent == [None, None, None]
+    assert list(client.cookies.jar) == []
+
+
+async def test_the_jwt_issuer_client_keeps_no_cookies_either(
+    cookie_idp: CookieSettingIdP,
+) -> None:
+    issuer = {"url": "https://issuer.example", "audiences": ["a"]}
+    mappings = {"username": {"claim": "sub", "prefix": ""}}
+    settings = JWTSettings.model_validate(
+        {"name": "oidc", "type": "jwt", "issuer": issuer, "claimMappings": mappings}
+    )
+    client = issuer_client(settings)  # its settings only shape TLS; the URL is ours
+    await calls_with_three_tokens(client, f"{cookie_idp.url}/.well-known/jwks.json")
+    assert cookie_idp.cookies_sent == [None, None, None]
+
+
+async def test_a_plain_httpx_client_would_send_them(cookie_idp: CookieSettingIdP) -> None:
+    # The premise of the two tests above: without the refusing jar, httpx sends
+    # the session cookie of one user's answer with the next user's token.
+    await calls_with_three_tokens(httpx.AsyncClient(base_url=cookie_idp.url), "/api/v4/user")
+    assert cookie_idp.cookies_sent == [
+        None,
+        "_gitlab_session=for-call-1",
+        "_gitlab_session=for-call-2",
+    ]
 
 
 class CountingFinder(importlib.abc.MetaPathFinder):

@@ -33,7 +33,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.budget import UNLIMITED, CallBudget
-from backends.http import PoolSettings
+from backends.http import KeepsNoCookies, PoolSettings
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
@@ -110,6 +110,7 @@ def issuer_client(settings: JWTSettings) -> httpx.AsyncClient:
         ),
         verify=verify,
         follow_redirects=False,
+        cookies=KeepsNoCookies(),
         trust_env=False,
     )
 
