@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 
 from .redis_link import REPLICA_ID, RedisDown, RedisLink
+from .tasks import STOP_PATIENCE, cancel_and_wait
+
+log = logging.getLogger(__name__)
 
 # A replica that stopped heartbeating still counts for this long: a rolling update's
 # old and new pods are both counted while they overlap, which errs on the safe side.
@@ -73,9 +77,9 @@ class FleetSize:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    async def close(self) -> None:
+        if self._task is not None and not await cancel_and_wait(self._task, STOP_PATIENCE):
+            log.warning("fleet size: the heartbeat did not stop; left behind")
 
     async def _run(self) -> None:
         while True:

@@ -263,8 +263,8 @@ class RedisStores:
         self._cache.start()
 
     async def close(self) -> None:
-        self._fleet_size.stop()
-        self._breakers.stop()
+        await self._fleet_size.close()
+        await self._breakers.close()
         await self._cache.close()
         await self.link.close()
 

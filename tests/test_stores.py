@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from authn_gateway.breaker import redis as breaker_redis
 from authn_gateway.breaker.machine import BUSY, CallGate
 from authn_gateway.bucket import BucketStore, MemoryBucketStore
 from authn_gateway.cache import CacheEntry, CacheStore, MemoryStore
 from authn_gateway.config import RedisSettings
+from authn_gateway.fleet_size import FleetSize
 from authn_gateway.keys import TokenHasher
 from authn_gateway.metrics import Metrics
 from authn_gateway.redis_link import RedisDown
@@ -23,6 +25,7 @@ from authn_gateway.stores import BreakerSpec, MemoryStores, RedisStores
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 from backends.settings import BreakerSettings, ConcurrencySettings
 from tests.support.redis_server import RedisServer
+from tests.test_tasks import retrying_loop
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +91,31 @@ async def test_shared_cache_serves_a_fresh_process(shared: RedisStores) -> None:
         assert got.outcome.user.username == "bob"
     finally:
         await other.close()
+
+
+async def test_close_ends_every_task_the_fleet_state_started(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Awaited, not only cancelled: a loop that lost its cancellation (it can come back
+    # from the Redis client as a timeout) would otherwise run on past the shutdown.
+    # The breaker subscriber and the heartbeat are made such loops here.
+    running = [True]
+    monkeypatch.setattr(breaker_redis, "listen", lambda *args: retrying_loop(2, [], running))
+    monkeypatch.setattr(FleetSize, "_run", lambda self: retrying_loop(2, [], running))
+    before = asyncio.all_tasks()
+    settings = RedisSettings(url=redis_server.url, key_prefix=f"t{time.monotonic_ns()}")
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 1000)
+    gate(fleet, "idp")  # a fleet breaker: its subscriber and poll start with the state
+    await fleet.start()
+    started = asyncio.all_tasks() - before
+    assert len(started) >= 3  # breaker subscriber and poll, heartbeat, cache counter
+    await asyncio.sleep(0.05)  # each loop is inside its call
+    await fleet.close()
+    left = [t for t in started if not t.done()]
+    running[0] = False  # the test's own clean-up, should any be left
+    for task in left:
+        task.cancel()
+    assert left == []
 
 
 async def test_redis_keeps_an_identity_until_its_keep_time_not_its_stale_limit(

@@ -42,6 +42,7 @@ import orjson
 from backends.base import Outcome, Unavailable
 
 from ..redis_link import REPLICA_ID, RedisDown, RedisLink, lua_script
+from ..tasks import STOP_PATIENCE, cancel_and_wait
 from .machine import (
     BUSY,
     CLOSED,
@@ -487,9 +488,11 @@ class BreakerSync:
         )
         self._tasks.append(loop.create_task(self._poll()))
 
-    def stop(self) -> None:
+    async def close(self) -> None:
         for task in self._tasks:
-            task.cancel()
+            if not await cancel_and_wait(task, STOP_PATIENCE):
+                log.warning("fleet breakers: a sync task did not stop; left behind")
+        self._tasks.clear()
 
     def _resumed(self) -> None:
         for breaker in self.breakers.values():
