@@ -399,15 +399,21 @@ def test_the_fleet_fault_measurement_runs_as_documented() -> None:
     assert row["errors_in_outage"].get("idp: circuit breaker open", 0) > 0
 
 
+def run_documented(*args: str) -> str:
+    """Run ``python -m loadtests.<args>`` from the checkout; its output, or the test fails."""
+    cmd = [sys.executable, "-m", *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 @pytest.mark.exclusive
 def test_the_miss_path_measurement_runs_as_documented() -> None:
     # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.misspath`.
-    cmd = [sys.executable, "-m", "loadtests.misspath", "--calls", "30"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = run_documented("loadtests.misspath", "--calls", "30")
     rows = dict(
         (line[:58].strip(), float(line[58:].split("us")[0]))
-        for line in result.stdout.splitlines()
+        for line in out.splitlines()
         if line.startswith("  ") and " us " in line
     )
     for label in (
@@ -418,27 +424,16 @@ def test_the_miss_path_measurement_runs_as_documented() -> None:
         "pipeline.review (routing, admission)",
         "whole request through the edge protocol",
     ):
-        assert rows.get(label, 0) > 0, (label, result.stdout)
+        assert rows.get(label, 0) > 0, (label, out)
 
 
 @pytest.mark.exclusive
 def test_the_redis_cost_measurement_runs_as_documented() -> None:
     # docs/decisions.md ("Fleet mode") quotes `python -m loadtests.redis_costs`.
-    cmd = [sys.executable, "-m", "loadtests.redis_costs"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = run_documented("loadtests.redis_costs")
+    rows = [line for line in out.splitlines() if " us CPU " in line]
     for label in ("cache GET", "GCRA bucket script", "breaker admission", "breaker settle"):
-        assert any(
-            line.startswith(label) and " us CPU " in line for line in result.stdout.splitlines()
-        ), (label, result.stdout)
-
-
-def run_documented(*args: str) -> str:
-    """Run ``python -m loadtests.<args>`` from the checkout; its output, or the test fails."""
-    cmd = [sys.executable, "-m", *args]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+        assert any(row.startswith(label) for row in rows), (label, out)
 
 
 @pytest.mark.exclusive
