@@ -12,7 +12,7 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from http.cookiejar import Cookie, CookieJar
@@ -164,6 +164,68 @@ class ResendIfDropped(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+#: The most of an IdP's answer the gateway reads. Identity answers are kilobytes (a
+#: Keystone token without its catalog, a userinfo document, a page of GitLab groups);
+#: reading without bound would let a broken or hostile IdP (or a proxy's error page)
+#: take the gateway's memory.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+class AnswerRefused(httpx.TransportError):
+    """An IdP answer the gateway will not read: larger than :data:`MAX_ANSWER_BYTES`, or
+    compressed although the request asked for none (a compressed body has no bound on
+    what it inflates to). :func:`transport_failure` maps it to Unavailable; it is never
+    resent."""
+
+
+class _CappedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, limit: int, request: httpx.Request) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if read > self._limit:
+                raise AnswerRefused(
+                    f"answer larger than {self._limit} bytes", request=self._request
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedAnswers(httpx.AsyncBaseTransport):
+    """Asks for uncompressed answers and reads at most ``limit`` bytes of each."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, limit: int = MAX_ANSWER_BYTES) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["Accept-Encoding"] = "identity"
+        response = await self._inner.handle_async_request(request)
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        declared = response.headers.get("content-length", "")
+        refusal = None
+        if coding != "identity":
+            refusal = f"compressed answer (Content-Encoding {coding[:20]!r}) to a request for none"
+        elif declared.isdigit() and int(declared) > self._limit:
+            refusal = f"answer larger than {self._limit} bytes (Content-Length)"
+        if refusal is not None:
+            await response.aclose()
+            raise AnswerRefused(refusal, request=request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _CappedStream(response.stream, self._limit, request)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class KeepsNoCookies(CookieJar):
     """A cookie jar that stores nothing, for clients shared by every review.
 
@@ -209,7 +271,9 @@ def make_client(
         ),
         trust_env=False,
     )
-    # Innermost, so it sees every request actually written, resends included.
+    transport = BoundedAnswers(transport)
+    # Innermost but for the bound, so it sees every request actually written, resends
+    # included.
     transport = TimedOnTheWire(transport)
     if resend_if_dropped:
         # A resend is one more request to the IdP: it takes from the budget itself.
@@ -255,6 +319,8 @@ def transport_failure(exc: httpx.HTTPError) -> Unavailable:
     """Map an httpx exception to a short, secret-free reason."""
     if isinstance(exc, CallHeldBack):
         return exc.outcome
+    if isinstance(exc, AnswerRefused):
+        return Unavailable(f"IdP sent an unreadable answer: {exc}")
     if isinstance(exc, httpx.TimeoutException):
         return Unavailable("timed out", timed_out=True)
     if isinstance(exc, httpx.ConnectError):

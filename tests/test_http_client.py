@@ -12,8 +12,10 @@ Without sniffio installed each of those imports fails only after a search of sys
 from __future__ import annotations
 
 import asyncio
+import gzip
 import importlib.abc
 import importlib.machinery
+import re
 import sys
 from collections.abc import AsyncIterator, Sequence
 from types import ModuleType
@@ -21,9 +23,17 @@ from types import ModuleType
 import httpx
 import pytest
 
-from backends.http import TLSClientSettings, make_client
+from backends.base import Authenticated, Unavailable
+from backends.http import (
+    MAX_ANSWER_BYTES,
+    AnswerRefused,
+    TLSClientSettings,
+    make_client,
+    transport_failure,
+)
 from backends.jwt.backend import JWTSettings, issuer_client
 from backends.settings import TimeoutSettings
+from backends.userinfo import UserinfoBackend, UserinfoSettings
 from tests.support.fakes.idp import FakeIdP, serve_h11
 
 
@@ -133,3 +143,121 @@ async def test_an_idp_call_searches_for_no_module(fake_idp: FakeIdP) -> None:
         await client.aclose()
     assert finder.searched == []
     assert fake_idp.stats().calls == 6
+
+
+class CannedIdP:
+    """A raw HTTP/1.1 server that answers every request with ``answer`` bytes as they
+    are (so chunked, gzip or lying framing can be sent), recording each request's head
+    and how many bytes of the answer it wrote before the client went away."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.heads: list[bytes] = []
+        self.written = 0
+        self.port = 0
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            self.heads.append(await reader.readuntil(b"\r\n\r\n"))
+            for start in range(0, len(self.answer), 65536):
+                writer.write(self.answer[start : start + 65536])
+                await writer.drain()
+                self.written = start + 65536
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+async def canned(answer: bytes) -> tuple[CannedIdP, asyncio.Server]:
+    idp = CannedIdP(answer)
+    server = await asyncio.start_server(idp.connection, "127.0.0.1", 0)
+    idp.port = server.sockets[0].getsockname()[1]
+    return idp, server
+
+
+def http_answer(body: bytes, *headers: str) -> bytes:
+    head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + "".join(
+        f"{h}\r\n" for h in headers
+    )
+    return head.encode() + b"\r\n" + body
+
+
+TOO_LARGE = f"answer larger than {MAX_ANSWER_BYTES} bytes"
+BIG = b'{"preferred_username": "alice", "pad": "' + b"x" * (MAX_ANSWER_BYTES + 10) + b'"}'
+# Ten times the bound: whoever reads it all has not stopped at the bound.
+HUGE = b'{"preferred_username": "alice", "pad": "' + b"x" * (10 * MAX_ANSWER_BYTES) + b'"}'
+
+
+def chunked(body: bytes) -> bytes:
+    out = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + 60000]), body[i : i + 60000])
+        for i in range(0, len(body), 60000)
+    )
+    return out + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (http_answer(HUGE, f"Content-Length: {len(HUGE)}"), f"{TOO_LARGE} (Content-Length)"),
+        (http_answer(chunked(HUGE), "Transfer-Encoding: chunked"), TOO_LARGE),
+        # Until the connection closes: no framing at all.
+        (http_answer(HUGE), TOO_LARGE),
+        (
+            http_answer(gzip.compress(b'{"a": 1}'), "Content-Encoding: gzip"),
+            "compressed answer (Content-Encoding 'gzip') to a request for none",
+        ),
+    ],
+    ids=["declared", "chunked", "read-to-close", "gzip"],
+)
+async def test_an_idp_answer_too_large_or_compressed_is_refused_unread(
+    answer: bytes, why: str
+) -> None:
+    idp, server = await canned(answer)
+    client = make_client(idp.url, TimeoutSettings(), TLSClientSettings())
+    try:
+        with pytest.raises(AnswerRefused, match=f"^{re.escape(why)}$") as refused:
+            await client.get("/userinfo", headers={"Authorization": "Bearer good-alice"})
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert b"\r\naccept-encoding: identity\r\n" in idp.heads[0].lower()
+    assert transport_failure(refused.value) == Unavailable(f"IdP sent an unreadable answer: {why}")
+    if len(answer) > MAX_ANSWER_BYTES:
+        # Read no further than the bound (and what the sockets buffered), not to the end.
+        assert idp.written < len(answer) / 2
+
+
+async def test_an_oversized_userinfo_answer_is_the_idp_unavailable_not_a_refusal() -> None:
+    idp, server = await canned(http_answer(BIG, f"Content-Length: {len(BIG)}"))
+    settings = UserinfoSettings(name="idp", type="userinfo", url=f"{idp.url}/userinfo")
+    backend = UserinfoBackend(settings)
+    try:
+        outcome = await backend.authenticate("good-alice")
+    finally:
+        await backend.close()
+        server.close()
+        await server.wait_closed()
+    assert isinstance(outcome, Unavailable) and outcome.blames_idp
+    assert "larger than" in outcome.reason
+
+
+async def test_an_answer_within_the_bound_is_read_whole() -> None:
+    body = b'{"preferred_username": "alice", "pad": "' + b"x" * 1_000_000 + b'"}'
+    idp, server = await canned(http_answer(chunked(body), "Transfer-Encoding: chunked"))
+    backend = UserinfoBackend(
+        UserinfoSettings(name="idp", type="userinfo", url=f"{idp.url}/userinfo")
+    )
+    try:
+        outcome = await backend.authenticate("good-alice")
+    finally:
+        await backend.close()
+        server.close()
+        await server.wait_closed()
+    assert isinstance(outcome, Authenticated) and outcome.user.username == "alice"

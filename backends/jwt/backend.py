@@ -33,7 +33,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.budget import UNLIMITED, CallBudget
-from backends.http import KeepsNoCookies, PoolSettings
+from backends.http import BoundedAnswers, KeepsNoCookies, PoolSettings
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
@@ -44,7 +44,7 @@ from backends.settings import (
 )
 from backends.shared import SharedBlobs
 
-from .keys import ASYMMETRIC_ALGS, KeyPolicy, KeySource
+from .keys import ASYMMETRIC_ALGS, MAX_JWKS_BYTES, KeyPolicy, KeySource
 from .kube import ClaimRules, Issuer
 from .mapping import map_claims
 from .token import peek
@@ -101,14 +101,19 @@ def issuer_client(settings: JWTSettings) -> httpx.AsyncClient:
                 f"issuer.certificateAuthority: cannot load: {getattr(exc, 'reason', None) or exc}"
             ) from None
     t, pool = settings.timeouts, settings.pool
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(t.total_seconds, connect=t.connect_seconds, read=t.read_seconds),
+    transport = httpx.AsyncHTTPTransport(
+        verify=verify,
         limits=httpx.Limits(
             max_connections=pool.max_connections,
             max_keepalive_connections=pool.max_keepalive_connections,
             keepalive_expiry=pool.keepalive_expiry_seconds,
         ),
-        verify=verify,
+        trust_env=False,
+    )
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(t.total_seconds, connect=t.connect_seconds, read=t.read_seconds),
+        # Discovery documents and key sets are small; a larger one is not read.
+        transport=BoundedAnswers(transport, MAX_JWKS_BYTES),
         follow_redirects=False,
         cookies=KeepsNoCookies(),
         trust_env=False,

@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from backends.budget import CallBudget
 from backends.flight import SingleFlight
-from backends.http import retry_after_seconds
+from backends.http import AnswerRefused, retry_after_seconds
 from backends.shared import SharedBlobs
 
 log = logging.getLogger(__name__)
@@ -403,6 +403,8 @@ class KeySource:
             raise FetchFailed(f"{what}: timed out") from None
         except httpx.ConnectError:
             raise FetchFailed(f"{what}: connection failed") from None
+        except AnswerRefused as exc:
+            raise FetchFailed(f"{what}: {exc}") from None
         except httpx.HTTPError as exc:
             raise FetchFailed(f"{what}: transport error ({type(exc).__name__})") from None
 
