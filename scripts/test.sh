@@ -13,9 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Real servers the tests start on loopback: Redis, OpenLDAP, Keystone (under uWSGI),
-# Prometheus (promtool too), and wrk for benchmarks.
+# Prometheus (promtool too), wrk for benchmarks and valgrind for instruction counts.
 APT_PACKAGES=(redis-server slapd ldap-utils openssl keystone uwsgi uwsgi-plugin-python3 prometheus
-              wrk)
+              wrk valgrind)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

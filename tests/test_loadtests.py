@@ -428,6 +428,15 @@ def test_the_miss_path_measurement_runs_as_documented() -> None:
 
 
 @pytest.mark.exclusive
+def test_the_miss_instruction_count_runs_as_documented() -> None:
+    # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.misscount`;
+    # the client row alone: each row is two programs under valgrind (~30 s each).
+    out = run_documented("loadtests.misscount", "--rows", "client", "--calls", "5")
+    row = next(line for line in out.splitlines() if "the backend's client" in line)
+    assert float(row.split()[-2]) > 0.1, out  # millions of instructions per call
+
+
+@pytest.mark.exclusive
 def test_the_redis_cost_measurement_runs_as_documented() -> None:
     # docs/decisions.md ("Fleet mode") quotes `python -m loadtests.redis_costs`.
     out = run_documented("loadtests.redis_costs")
