@@ -104,7 +104,7 @@ class Metrics:
             f"{PREFIX}_backend_rejections",
             "Rejections answered by backend calls, by cause: idp (the IdP refused the token), "
             "unsendable (the protocol cannot carry the token), unmapped (the IdP's answer "
-            "lacks what the identity mapping needs).",
+            "lacks what the identity mapping needs, or has more groups than the gateway reads).",
             ["backend", "cause"],
             registry=r,
         )

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 #: Why a backend refused: the IdP's verdict on the token ("idp"), a token the protocol
 #: cannot carry ("unsendable"), or an IdP answer that lacks what the identity mapping
-#: needs ("unmapped"). A metric label, so the set is closed.
+#: needs or has more groups than a backend reads ("unmapped"). A metric label, so the
+#: set is closed.
 RejectionCause = Literal["idp", "unsendable", "unmapped"]
 
 

@@ -318,7 +318,7 @@ class GitLabBackend(Backend):
                 user_id,
                 gs.max_pages,
             )
-            return Rejected(f"user has more than {gs.max_pages * PER_PAGE} groups")
+            return Rejected(f"user has more than {gs.max_pages * PER_PAGE} groups", "unmapped")
         groups = tuple(names)
         self._groups[user_id] = groups  # a TTL of 0 keeps nothing
         return groups

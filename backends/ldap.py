@@ -719,7 +719,12 @@ class LDAPBackend(Backend):
             cookie = (control.get("value") or {}).get("cookie")
             if not cookie:
                 return names
-        raise _Done(Unavailable(f"group search: more than {MAX_GROUP_PAGES} pages"))
+        # This user's groups, not the directory's health (the filter must name the user):
+        # a refusal, as GitLab's backend does. Unavailable would let one user's own
+        # reviews open the breaker for everyone.
+        most = MAX_GROUP_PAGES * GROUP_PAGE_SIZE
+        log.warning("backend %s: user %s is in more than %d groups", self.name, username, most)
+        raise _Done(Rejected(f"user is in more than {most} groups", "unmapped"))
 
     def _identity(
         self, entry: Entry, run: Callable[[Callable[[Connection], list[str]]], list[str]]

@@ -17,12 +17,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from authn_gateway.config import ConfigError, parse_config
+from backends.base import Rejected, Unavailable
+from backends.http import TLSClientSettings, make_client
 from backends.keystone import (
     FERNET_MIN_LENGTH,
     KeystoneBackend,
@@ -32,7 +34,11 @@ from backends.keystone import (
     ServiceTokenSettings,
     parse_keystone_time,
 )
+from backends.keystone.groups import GroupLookup
+from backends.keystone.service_token import ServiceTokenAuth
+from backends.keystone.settings import GroupLookupSettings
 from backends.settings import TimeoutSettings
+from tests.support.fakes.idp import serve_h11
 from tests.support.keystone import Keystone, start_keystone
 from tests.support.keystone_proxy import KeystoneProxy
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
@@ -816,3 +822,60 @@ async def test_service_token_is_refreshed_once_before_it_expires():
     assert len(logins) == 2
     # Not before its time (half the lifetime, less the jitter-free margin).
     assert logins[1] - logins[0] >= 0.8
+
+
+class PagedGroups:
+    """Keystone's ``GET /v3/users/{id}/groups`` answered in ``pages`` pages, each
+    linking the next (on ``next_host`` when given: a link to another host)."""
+
+    def __init__(self, pages: int, next_host: str | None = None) -> None:
+        self.pages, self.next_host, self.calls, self.port = pages, next_host, 0, 0
+
+    async def answer(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        self.calls += 1
+        page = int(target.rpartition("page=")[2]) if "page=" in target else 1
+        host = self.next_host or f"127.0.0.1:{self.port}"
+        following = f"http://{host}/v3/users/u1/groups?page={page + 1}"
+        doc = {
+            "groups": [{"id": f"g{page}", "name": f"group-{page}", "domain_id": "default"}],
+            "links": {"next": following if page < self.pages else None},
+        }
+        return 200, {"content-type": "application/json"}, json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("pages", "next_host", "expected"),
+    [
+        (2, None, ("group-1", "group-2")),
+        # More pages than max_pages: the user's groups, not Keystone failing.
+        (3, None, Rejected("user has more than 2 pages of groups", "unmapped")),
+        # The service token never follows a link to another host.
+        (3, "203.0.113.9:5000", Unavailable("Keystone's next-page link points elsewhere")),
+    ],
+    ids=["within", "too-many", "elsewhere"],
+)
+async def test_group_pages_past_max_pages_refuse_the_user_not_blame_keystone(
+    pages: int, next_host: str | None, expected: object
+) -> None:
+    fake = PagedGroups(pages, next_host)
+    server = await asyncio.start_server(lambda r, w: serve_h11(r, w, fake.answer), "127.0.0.1", 0)
+    fake.port = server.sockets[0].getsockname()[1]
+    base = f"http://127.0.0.1:{fake.port}/v3/"
+    client = make_client(base, TimeoutSettings(), TLSClientSettings())
+    lookup = GroupLookup(
+        GroupLookupSettings(max_pages=2), client, cast(ServiceTokenAuth, httpx.Auth()), base
+    )
+    try:
+        found = await lookup.get("u1")
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    if isinstance(expected, tuple):
+        assert isinstance(found, tuple) and tuple(g.name for g in found) == expected
+    else:
+        assert found == expected
+    # Never past max_pages; a link elsewhere is not followed at all.
+    assert fake.calls == (1 if next_host else min(pages, 2))

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from authn_gateway.config import ConfigError, parse_config
+from backends import ldap as ldap_backend_module
 from backends.base import Authenticated, Rejected, Unavailable
 from backends.ldap import (
     AD_IN_CHAIN,
@@ -565,6 +566,30 @@ async def test_a_server_that_never_answers_times_out_without_blocking_the_loop(
     assert outcome == Unavailable("timed out", timed_out=True)
     # The 0.5 s wait happened in a worker thread: the event loop kept running.
     assert ticks >= 5
+
+
+@pytest.mark.parametrize(("pages", "answered"), [(3, "groups"), (2, "too many")])
+async def test_a_user_in_more_groups_than_are_read_is_refused_not_the_directory_failing(
+    slapd: Slapd, service_password_file: Path, monkeypatch: pytest.MonkeyPatch,
+    pages: int, answered: str,
+) -> None:  # fmt: skip
+    # Alice is in three groups: one a page, read over three pages or refused at two.
+    # Refused, not unavailable: her own reviews must not open the breaker for everyone.
+    monkeypatch.setattr(ldap_backend_module, "GROUP_PAGE_SIZE", 1)
+    monkeypatch.setattr(ldap_backend_module, "MAX_GROUP_PAGES", pages)
+    backend = backend_for(
+        slapd.ldaps_url, service_password_file, tls={"ca_file": str(slapd.ca.cert)},
+        groups={"mode": "search", "base": GROUPS},
+    )  # fmt: skip
+    try:
+        outcome = await backend.authenticate(token("alice", pw("alice")))
+    finally:
+        await backend.close()
+    if answered == "groups":
+        assert isinstance(outcome, Authenticated)
+        assert sorted(outcome.user.groups) == ["admins", "developers", "viewers"]
+    else:
+        assert outcome == Rejected("user is in more than 2 groups", "unmapped")
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ while Keystone cannot list them."""
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from urllib.parse import quote, urlsplit
@@ -18,6 +19,8 @@ from ..http import server_failure
 from .identity import Group
 from .service_token import ServiceTokenAuth, send_with_service_token
 from .settings import GroupLookupSettings
+
+log = logging.getLogger(__name__)
 
 Groups = tuple[Group, ...]
 
@@ -94,7 +97,11 @@ class GroupLookup:
                 # Our service token must never go to a host the config does not name.
                 return Unavailable("Keystone's next-page link points elsewhere")
             url = str(following)
-        return Unavailable(f"user has more than {self._settings.max_pages} pages of groups")
+        # The user's groups, not Keystone's health: a refusal (Unavailable would let one
+        # user's own reviews open the breaker for everyone), as the other backends do.
+        pages = self._settings.max_pages
+        log.warning("keystone: user %s has more than %d pages of groups", user_id, pages)
+        return Rejected(f"user has more than {pages} pages of groups", "unmapped")
 
     def _same_keystone(self, link: str) -> bool:
         ours, theirs = urlsplit(self._base), urlsplit(link)
