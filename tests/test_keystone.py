@@ -35,6 +35,7 @@ from backends.keystone import (
     parse_keystone_time,
 )
 from backends.keystone.groups import GroupLookup
+from backends.keystone.identity import map_identity
 from backends.keystone.service_token import ServiceTokenAuth
 from backends.keystone.settings import GroupLookupSettings
 from backends.settings import TimeoutSettings
@@ -879,3 +880,19 @@ async def test_group_pages_past_max_pages_refuse_the_user_not_blame_keystone(
         assert found == expected
     # Never past max_pages; a link elsewhere is not followed at all.
     assert fake.calls == (1 if next_host else min(pages, 2))
+
+
+def test_a_token_whose_user_maps_to_an_empty_name_is_refused_not_keystone_failing() -> None:
+    settings = KeystoneSettings.model_validate(
+        {"name": "ks", "type": "keystone", "auth_url": "http://127.0.0.1:5000/v3",
+         "service": {"username": "svc", "password": "x", "project_name": "service"},
+         "groups": {"enabled": False}, "username_template": "{user_domain_name}"}
+    )  # fmt: skip
+    body = {
+        "user": {"id": "u1", "name": "alice", "domain": {"id": "d1", "name": ""}},
+        "expires_at": "2030-01-01T00:00:00.000000Z",
+        "project": {"id": "p1", "name": "demo", "domain": {"id": "d1", "name": ""}},
+    }
+    assert map_identity(body, (), settings) == Rejected(
+        "username_template gave an empty user name", "unmapped"
+    )

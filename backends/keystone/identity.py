@@ -54,7 +54,9 @@ def map_identity(
         return Unavailable("Keystone sent an unreadable token body")
     username = settings.username_template.format_map(fields)
     if not username:
-        return Unavailable("username_template gave an empty user name")
+        # Keystone vouched for the token, so it is healthy: a refusal of this user (as
+        # userinfo's nameless answer), never "unavailable", which the breaker counts.
+        return Rejected("username_template gave an empty user name", "unmapped")
 
     names: list[str] = []
     extra: dict[str, tuple[str, ...]] = {
