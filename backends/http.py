@@ -211,7 +211,7 @@ class BoundedAnswers(httpx.AsyncBaseTransport):
         coding = response.headers.get("content-encoding", "identity").strip().lower()
         declared = response.headers.get("content-length", "")
         refusal = None
-        if coding != "identity":
+        if coding not in ("identity", ""):  # an empty header decodes as nothing, in httpx too
             refusal = f"compressed answer (Content-Encoding {coding[:20]!r}) to a request for none"
         elif declared.isdigit() and int(declared) > self._limit:
             refusal = f"answer larger than {self._limit} bytes (Content-Length)"
