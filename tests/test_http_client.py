@@ -23,7 +23,7 @@ from types import ModuleType
 import httpx
 import pytest
 
-from backends.base import Authenticated, Unavailable
+from backends.base import Authenticated, Outcome, Unavailable
 from backends.http import (
     MAX_ANSWER_BYTES,
     AnswerRefused,
@@ -234,30 +234,27 @@ async def test_an_idp_answer_too_large_or_compressed_is_refused_unread(
         assert idp.written < len(answer) / 2
 
 
-async def test_an_oversized_userinfo_answer_is_the_idp_unavailable_not_a_refusal() -> None:
-    idp, server = await canned(http_answer(BIG, f"Content-Length: {len(BIG)}"))
-    settings = UserinfoSettings(name="idp", type="userinfo", url=f"{idp.url}/userinfo")
-    backend = UserinfoBackend(settings)
+async def userinfo_outcome(answer: bytes) -> Outcome:
+    """What the userinfo backend makes of ``answer`` to a review of good-alice."""
+    idp, server = await canned(answer)
+    backend = UserinfoBackend(
+        UserinfoSettings(name="idp", type="userinfo", url=f"{idp.url}/userinfo")
+    )
     try:
-        outcome = await backend.authenticate("good-alice")
+        return await backend.authenticate("good-alice")
     finally:
         await backend.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_an_oversized_userinfo_answer_is_the_idp_unavailable_not_a_refusal() -> None:
+    outcome = await userinfo_outcome(http_answer(BIG, f"Content-Length: {len(BIG)}"))
     assert isinstance(outcome, Unavailable) and outcome.blames_idp
     assert "larger than" in outcome.reason
 
 
 async def test_an_answer_within_the_bound_is_read_whole() -> None:
     body = b'{"preferred_username": "alice", "pad": "' + b"x" * 1_000_000 + b'"}'
-    idp, server = await canned(http_answer(chunked(body), "Transfer-Encoding: chunked"))
-    backend = UserinfoBackend(
-        UserinfoSettings(name="idp", type="userinfo", url=f"{idp.url}/userinfo")
-    )
-    try:
-        outcome = await backend.authenticate("good-alice")
-    finally:
-        await backend.close()
-        server.close()
-        await server.wait_closed()
+    outcome = await userinfo_outcome(http_answer(chunked(body), "Transfer-Encoding: chunked"))
     assert isinstance(outcome, Authenticated) and outcome.user.username == "alice"
