@@ -214,6 +214,9 @@ class CacheDefaults(CacheSettings):
     # Refusals, in an LRU of their own: a flood of invalid tokens evicts only older
     # refusals, never an identity. With Redis, at most this many are shared per minute.
     max_negative_entries: int = Field(default=50_000, ge=1)
+    # Identities of one user, in each process: past this, the user's own oldest goes.
+    # One account minting token after token cannot push the other users out.
+    max_entries_per_user: int = Field(default=1000, ge=1)
 
 
 class InboundLimitSettings(Strict):

@@ -164,16 +164,23 @@ class Gateway:
             self._carried_from.owns_stores = False  # built: the stores are ours now
 
     def _stores_for(self, config: GatewayConfig) -> Stores:
+        cache = config.cache
         if config.redis is None:
-            return MemoryStores(config.cache.max_entries, config.cache.max_negative_entries)
+            return MemoryStores(
+                cache.max_entries,
+                cache.max_negative_entries,
+                cache.max_entries_per_user,
+                self.metrics.cache_user_capped.inc,
+            )
         from .stores import RedisStores
 
         return RedisStores(
             config.redis,
             self.hasher,
             self.metrics,
-            config.cache.max_entries,
-            max_negative_entries=config.cache.max_negative_entries,
+            cache.max_entries,
+            max_negative_entries=cache.max_negative_entries,
+            max_entries_per_user=cache.max_entries_per_user,
         )
 
     def _inbound(self) -> InboundLimiter | None:

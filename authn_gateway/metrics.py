@@ -203,6 +203,12 @@ class Metrics:
             "(cache.max_negative_entries) was spent: a flood of invalid tokens.",
             registry=r,
         )
+        self.cache_user_capped = Counter(
+            f"{PREFIX}_cache_user_capped",
+            "Identities pushed out of the in-process cache by a newer one of the same user "
+            "past cache.max_entries_per_user: one account minting many tokens.",
+            registry=r,
+        )
         self.redis_mode_changes = Counter(
             f"{PREFIX}_redis_mode_changes",
             "Switches between shared and local fleet state, by the mode switched to. A gauge "

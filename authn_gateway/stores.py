@@ -98,8 +98,19 @@ class Stores(Protocol):
 
 
 class MemoryStores:
-    def __init__(self, max_entries: int, max_negative_entries: int | None = None) -> None:
-        self._cache = MemoryStore(max_entries, max_negative_entries)
+    def __init__(
+        self,
+        max_entries: int,
+        max_negative_entries: int | None = None,
+        max_entries_per_user: int | None = None,
+        on_user_capped: Callable[[], None] | None = None,
+    ) -> None:
+        self._cache = MemoryStore(
+            max_entries,
+            max_negative_entries,
+            max_entries_per_user=max_entries_per_user,
+            on_user_capped=on_user_capped,
+        )
         self._buckets = MemoryBucketStore()
         # Kept by name so that a reload's new breakers carry on from the old state.
         self._gates: dict[str, tuple[object, CallGate]] = {}
@@ -164,13 +175,19 @@ class RedisStores:
         max_entries: int,
         link: RedisLink | None = None,
         max_negative_entries: int = 50_000,
+        max_entries_per_user: int | None = None,
     ) -> None:
         self.settings = settings
         self.link = link or RedisLink(settings, metrics)
         self._hasher = hasher
         self._background = Background()
         self._cache = TieredCacheStore(
-            MemoryStore(max_entries, max_negative_entries),
+            MemoryStore(
+                max_entries,
+                max_negative_entries,
+                max_entries_per_user=max_entries_per_user,
+                on_user_capped=metrics.cache_user_capped.inc,
+            ),
             self.link,
             EntryCodec(hasher),
             metrics,

@@ -213,6 +213,68 @@ async def test_answers_without_a_username_are_refusals_that_never_open_the_break
     userinfo_still_serving(userinfo_gw, fake_idp)
 
 
+async def test_one_user_minting_token_after_token_pushes_out_only_their_own(
+    fake_idp: FakeIdP, gateway_factory: Start
+) -> None:
+    # Any Keystone user can mint tokens at will, a GitLab user makes access tokens: each
+    # is a new identity in the cache. Room for 50, of which one user may hold 5; without
+    # the per-user bound, 200 of mallory's would push every known user out.
+    gw = gateway_factory(
+        {
+            "cache": {"max_entries": 50, "max_entries_per_user": 5},
+            "backends": [userinfo_backend(fake_idp, cache=SHORT_CACHE)],
+        }
+    )
+    for user in ("known", "other"):
+        assert status(gw, f"good-{user}")["authenticated"] is True
+    # A few at a time: every one of them is a new identity (none saturates the IdP).
+    answers = await loadclient.storm(gw.url, [f"good-mallory~{i}" for i in range(200)], 4)
+    assert all(a.status == 200 and a.review["authenticated"] for a in answers)
+    assert {a.review["user"]["username"] for a in answers} == {"mallory"}
+    assert metric(gw, "authn_gateway_cache_user_capped_total") == 195
+    # The other known user is still cached: answered without an IdP call.
+    calls = fake_idp.calls
+    assert status(gw, "good-other")["user"]["username"] == "other"
+    assert fake_idp.calls == calls
+    assert_clean_logs(gw, "good-mallory~")
+    userinfo_still_serving(gw, fake_idp)
+
+
+def test_the_per_user_bound_follows_every_way_an_identity_leaves() -> None:
+    # An identity replaced by a refusal, expired, or evicted no longer counts towards
+    # its user's bound: the user's later tokens are not pushed out on its account.
+    clock = [1000.0]
+    capped: list[int] = []
+    store = MemoryStore(
+        100, clock=lambda: clock[0], max_entries_per_user=2, on_user_capped=lambda: capped.append(1)
+    )
+
+    def identity(user: str, ttl: float = 60) -> CacheEntry:
+        return CacheEntry(Authenticated(UserInfo(user)), clock[0] + ttl, clock[0] + ttl)
+
+    def key(n: int) -> bytes:
+        return n.to_bytes(32, "big")
+
+    store.put_now(key(1), identity("m"))
+    store.put_now(key(2), identity("m", ttl=5))
+    store.put_now(key(1), CacheEntry(Rejected("revoked"), clock[0] + 60, clock[0] + 60))
+    clock[0] += 10
+    assert store.get_now(key(2), clock[0]) is None  # expired
+    store.put_now(key(3), identity("m"))
+    store.put_now(key(4), identity("m"))
+    assert capped == []  # keys 1 and 2 left on their own
+    store.put_now(key(5), identity("m"))
+    assert capped == [1]
+    assert [store.get_now(key(n), clock[0]) is not None for n in (3, 4, 5)] == [False, True, True]
+    # The same token answered again is one identity, not two.
+    store.put_now(key(5), identity("m"))
+    assert capped == [1] and store.get_now(key(4), clock[0]) is not None
+    # The same key now another user's: it leaves m's count.
+    store.put_now(key(5), identity("x"))
+    store.put_now(key(6), identity("m"))
+    assert capped == [1] and store.get_now(key(4), clock[0]) is not None
+
+
 @pytest.mark.parametrize("value", ["1e20", "-5", "soon", "30.5"])
 async def test_a_retry_after_that_does_not_parse_is_ignored_with_a_warning(
     fake_idp: FakeIdP, userinfo_gw: GatewayProcess, value: str

@@ -28,8 +28,10 @@ class MemoryStore:
     A refusal never pushes out an identity, so a flood of random tokens (each one a
     refusal, or no entry at all) cannot evict a known user. A positive entry leaves
     only when its own lifetime ends (``kept_until``), when newer identities fill
-    ``max_entries``, or when the IdP refuses that same token later (the refusal
-    replaces it). Expired entries are dropped when met or pushed out by size.
+    ``max_entries``, when its user has ``max_entries_per_user`` newer ones (so one
+    account's many tokens push out only its own), or when the IdP refuses that same
+    token later (the refusal replaces it). Expired entries are dropped when met or
+    pushed out by size.
     """
 
     def __init__(
@@ -37,12 +39,22 @@ class MemoryStore:
         max_entries: int,
         max_negative_entries: int | None = None,
         clock: Callable[[], float] = time.time,
+        max_entries_per_user: int | None = None,
+        on_user_capped: Callable[[], None] | None = None,
     ) -> None:
         self._max = max_entries
         self._max_negative = max_negative_entries or max_entries
         self._clock = clock
         self._positive: OrderedDict[bytes, CacheEntry] = OrderedDict()
         self._negative: OrderedDict[bytes, CacheEntry] = OrderedDict()
+        # One user's identities, oldest written first: a user who mints token after
+        # token (any Keystone user can; GitLab users make access tokens at will) pushes
+        # out their own oldest past this many, never the other users'.
+        self._per_user_max = max_entries_per_user or max_entries
+        # A user's one key as it is, or an insertion-ordered dict of several: most users
+        # have one token at a time, and a dict costs ~230 B (an OrderedDict ~400 B more).
+        self._by_user: dict[str, bytes | dict[bytes, None]] = {}
+        self._on_user_capped = on_user_capped
 
     def get_now(self, key: bytes, now: float) -> CacheEntry | None:
         segment = self._positive
@@ -54,20 +66,55 @@ class MemoryStore:
                 return None
         if entry.kept_until <= now:
             del segment[key]
+            self._unindex(key, entry)
             return None
         segment.move_to_end(key)
         return entry
 
     def put_now(self, key: bytes, entry: CacheEntry) -> None:
-        if entry.positive:
-            segment, other, limit = self._positive, self._negative, self._max
+        # One entry per key: the newer answer wins.
+        old = self._positive.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        self._negative.pop(key, None)
+        if not entry.positive:
+            self._negative[key] = entry
+            while len(self._negative) > self._max_negative:
+                self._negative.popitem(last=False)
+            return
+        user = entry.username or ""
+        self._positive[key] = entry
+        held = self._by_user.get(user)
+        if held is None or held == key:
+            self._by_user[user] = key
+        elif isinstance(held, bytes):
+            self._by_user[user] = {held: None, key: None}
         else:
-            segment, other, limit = self._negative, self._positive, self._max_negative
-        other.pop(key, None)  # one entry per key: the newer answer wins
-        segment[key] = entry
-        segment.move_to_end(key)
-        while len(segment) > limit:
-            segment.popitem(last=False)
+            held[key] = None
+        # The LRU first: the user's own bound acts only where it is the tighter one.
+        while len(self._positive) > self._max:
+            pushed, gone = self._positive.popitem(last=False)
+            self._unindex(pushed, gone)
+        keys = self._by_user.get(user)
+        while isinstance(keys, dict) and len(keys) > self._per_user_max:
+            oldest = next(iter(keys))
+            del keys[oldest]
+            self._positive.pop(oldest, None)
+            if self._on_user_capped is not None:
+                self._on_user_capped()
+
+    def _unindex(self, key: bytes, entry: CacheEntry) -> None:
+        user = entry.username
+        if user is None:
+            return
+        held = self._by_user.get(user)
+        if isinstance(held, bytes):
+            if held == key:
+                del self._by_user[user]
+        elif held is not None:
+            held.pop(key, None)
+            if not held:
+                del self._by_user[user]
 
     def peek(self, key: bytes, now: float) -> CacheEntry | None:
         return self.get_now(key, now)
@@ -119,7 +166,9 @@ class MemoryStore:
                         doomed.append(key)
                 await asyncio.sleep(0)
             for key in doomed:
-                if data.pop(key, None) is not None:
+                gone = data.pop(key, None)
+                if gone is not None:
+                    self._unindex(key, gone)
                     dropped += 1
         return dropped
 

@@ -2,8 +2,9 @@
 
 It speaks the ``userinfo`` backend's protocol: ``GET /userinfo`` with
 ``Authorization: Bearer <token>``. Tokens ``good-<name>`` are valid for user
-``<name>``; tokens ``nameless-<id>`` are valid but their answer names no user (only
-``sub``, like many IdPs' client-credentials tokens); every other token gets 401.
+``<name>``, and so are ``good-<name>~<anything>`` (many tokens of one user); tokens
+``nameless-<id>`` are valid but their answer names no user (only ``sub``, like many
+IdPs' client-credentials tokens); every other token gets 401.
 
 Faults are set at run time, in process (:meth:`FakeIdP.configure`) or over the
 control port (``POST /_fake/faults`` with a JSON body of the same fields):
@@ -391,7 +392,7 @@ class FakeIdP:
             return _json(200, {"sub": f"client-{token[9:]}"})
         if not token.startswith("good-") or len(token) <= 5:
             return _json(401, {"error": "invalid_token"})
-        name = token[5:]
+        name = token[5:].split("~", 1)[0]
         claims: dict[str, Any] = {
             "sub": f"uid-{name}",
             "preferred_username": name,
