@@ -553,6 +553,36 @@ def test_redis_alert_fires_on_a_flip_shorter_than_a_scrape(tmp_path: Path) -> No
     )
 
 
+def test_one_user_filling_the_cache_alerts_past_a_hundred_in_ten_minutes(
+    tmp_path: Path,
+) -> None:
+    capped, alert = "authn_gateway_cache_user_capped_total", "AuthnGatewayOneUserFillsTheCache"
+    labels = {"namespace": "authn", "pod": "gw-0", "severity": "info"}
+    fired = [{"exp_labels": labels, "exp_annotations": _annotations(alert, labels)}]
+    series = _series(capped, {"namespace": "authn", "pod": "gw-0"})
+    quiet = _series(capped, {"namespace": "authn", "pod": "gw-1"})
+    _promtool_test(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                # gw-0: 5 a minute for 10 minutes (50: a service user's rotation), then
+                # 60 a minute for 10 minutes (bulk minting), then none; gw-1 never.
+                "input_series": [
+                    {"series": series, "values": "0+5x10 50+60x10 650x20"},
+                    {"series": quiet, "values": "0x40"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": alert, "exp_alerts": []},
+                    {"eval_time": "14m", "alertname": alert, "exp_alerts": fired},
+                    {"eval_time": "35m", "alertname": alert, "exp_alerts": []},
+                ],
+            }
+        ],
+        interval="1m",
+    )
+
+
 def _annotations_without_value(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
 
