@@ -4,6 +4,9 @@
 
 * 200 with a JSON object: authenticated, mapped through the configured claims;
 * 401 or 403: rejected (the IdP does not know the token);
+* 200 with signed userinfo (``application/jwt``): rejected, never counted as the IdP
+  failing (it answers so per OIDC client); any other 200 that is not a JSON object:
+  unavailable;
 * 429, 5xx, timeouts, connection errors: unavailable.
 
 It fronts any IdP that offers such an endpoint (an OIDC provider's userinfo, an
@@ -31,6 +34,9 @@ from .http import (
 )
 from .registry import register
 from .settings import BackendSettings
+
+# What an OIDC provider answers a client registered for signed userinfo.
+JWT = "application/jwt"
 
 
 @register
@@ -79,6 +85,11 @@ class UserinfoBackend(Backend):
             return Rejected(f"IdP answered {response.status_code}")
         if response.status_code != 200:
             return server_failure(self.kind, response)
+        if response.headers.get("content-type", "").split(";")[0].strip().lower() == JWT:
+            # OIDC answers so for a client registered for signed userinfo: that token's
+            # client, not the IdP's health. A refusal, which the breaker does not count
+            # (a body that is not JSON otherwise is: an error page, a broken IdP).
+            return Rejected("IdP sent signed userinfo (application/jwt), not JSON", "unmapped")
         try:
             claims = response.json()
         except (ValueError, RecursionError):

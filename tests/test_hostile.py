@@ -275,6 +275,23 @@ def test_the_per_user_bound_follows_every_way_an_identity_leaves() -> None:
     assert capped == [1] and store.get_now(key(4), clock[0]) is not None
 
 
+async def test_signed_userinfo_answers_are_refusals_that_never_open_the_breaker(
+    fake_idp: FakeIdP, userinfo_gw: GatewayProcess
+) -> None:
+    # An OIDC client registered for signed userinfo (dynamic registration can let anyone
+    # register one) gets tokens whose userinfo answer is a JWT: not the IdP failing.
+    answers = await storm(userinfo_gw, [f"signed-{i}" for i in range(20)])
+    assert all(a == {"authenticated": False} for a in answers)
+    assert fake_idp.stats().by_status == {200: 20}
+    assert breaker_state(userinfo_gw, "idp") == "closed"
+    unmapped = metric(
+        userinfo_gw, "authn_gateway_backend_rejections_total", backend="idp", cause="unmapped"
+    )
+    assert unmapped == 20
+    assert "signed userinfo (application/jwt)" in userinfo_gw.logs()
+    userinfo_still_serving(userinfo_gw, fake_idp)
+
+
 @pytest.mark.parametrize("value", ["1e20", "-5", "soon", "30.5"])
 async def test_a_retry_after_that_does_not_parse_is_ignored_with_a_warning(
     fake_idp: FakeIdP, userinfo_gw: GatewayProcess, value: str

@@ -4,7 +4,9 @@ It speaks the ``userinfo`` backend's protocol: ``GET /userinfo`` with
 ``Authorization: Bearer <token>``. Tokens ``good-<name>`` are valid for user
 ``<name>``, and so are ``good-<name>~<anything>`` (many tokens of one user); tokens
 ``nameless-<id>`` are valid but their answer names no user (only ``sub``, like many
-IdPs' client-credentials tokens); every other token gets 401.
+IdPs' client-credentials tokens); tokens ``signed-<id>`` are valid but answered with a
+signed JWT (``application/jwt``, what OIDC sends a client registered for signed
+userinfo); every other token gets 401.
 
 Faults are set at run time, in process (:meth:`FakeIdP.configure`) or over the
 control port (``POST /_fake/faults`` with a JSON body of the same fields):
@@ -388,6 +390,10 @@ class FakeIdP:
             return _json(404, {"error": "not found"})
         auth = headers.get("authorization", "")
         token = auth[7:] if auth.startswith("Bearer ") else ""
+        if token.startswith("signed-") and len(token) > 7:
+            # Header and claims base64url-encoded, a dummy signature: never parsed here.
+            jwt = b"eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+            return 200, {"content-type": "application/jwt"}, jwt
         if token.startswith("nameless-") and len(token) > 9:
             return _json(200, {"sub": f"client-{token[9:]}"})
         if not token.startswith("good-") or len(token) <= 5:
