@@ -739,6 +739,37 @@ async def test_redis_takes_a_bounded_number_of_refusals_and_every_identity(
         await fleet.close()
 
 
+async def test_redis_takes_no_more_of_one_user_than_the_per_user_bound(
+    redis_server: RedisServer,
+) -> None:
+    # Past the bound a user's new identities stay in the process: one account's tokens
+    # cannot fill Redis's maxmemory and make it evict the other users' entries.
+    prefix = f"t{time.monotonic_ns()}"
+    metrics = Metrics()
+    fleet = RedisStores(
+        RedisSettings(url=redis_server.url, key_prefix=prefix),
+        TokenHasher(b"k"),
+        metrics,
+        100,
+        max_entries_per_user=3,
+    )
+    await fleet.start()
+    try:
+        store = fleet.cache_store()
+        await store.put(b"a" * 32, cached(Authenticated(UserInfo("alice")), ttl=600))
+        for i in range(20):
+            await store.put(i.to_bytes(32, "big"), cached(Authenticated(UserInfo("m")), ttl=600))
+        client = redis.Redis.from_url(redis_server.url)
+        keys = [k async for k in client.scan_iter(f"{prefix}:cache:*")]
+        await client.aclose()
+        assert len(keys) == 1 + 3  # alice, and the first three of m's
+        assert metrics.cache_user_capped._value.get() == 17
+        shared = await store.get_shared(b"a" * 32)
+        assert shared is not None and shared.positive
+    finally:
+        await fleet.close()
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
 async def test_a_flood_of_random_tokens_never_evicts_a_known_user(
     fake_idp: FakeIdP, gateway_factory: Start, redis_server: RedisServer, shared: bool

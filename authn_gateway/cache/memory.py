@@ -71,7 +71,9 @@ class MemoryStore:
         segment.move_to_end(key)
         return entry
 
-    def put_now(self, key: bytes, entry: CacheEntry) -> None:
+    def put_now(self, key: bytes, entry: CacheEntry) -> bool:
+        """Store ``entry``; True if it pushed out an older identity of the same user
+        (the user holds ``max_entries_per_user``)."""
         # One entry per key: the newer answer wins.
         old = self._positive.pop(key, None)
         if old is not None:
@@ -81,7 +83,7 @@ class MemoryStore:
             self._negative[key] = entry
             while len(self._negative) > self._max_negative:
                 self._negative.popitem(last=False)
-            return
+            return False
         user = entry.username or ""
         self._positive[key] = entry
         held = self._by_user.get(user)
@@ -96,12 +98,15 @@ class MemoryStore:
             pushed, gone = self._positive.popitem(last=False)
             self._unindex(pushed, gone)
         keys = self._by_user.get(user)
+        capped = False
         while isinstance(keys, dict) and len(keys) > self._per_user_max:
             oldest = next(iter(keys))
             del keys[oldest]
             self._positive.pop(oldest, None)
+            capped = True
             if self._on_user_capped is not None:
                 self._on_user_capped()
+        return capped
 
     def _unindex(self, key: bytes, entry: CacheEntry) -> None:
         user = entry.username

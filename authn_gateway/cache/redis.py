@@ -242,9 +242,11 @@ class TieredCacheStore:
         return ttl_ms
 
     async def put(self, key: bytes, entry: CacheEntry) -> None:
-        self._local.put_now(key, entry)
+        capped = self._local.put_now(key, entry)
         now = self._clock()
-        if self._ttl_ms(entry, now) <= 0 or not self._link.shared:
+        if capped or self._ttl_ms(entry, now) <= 0 or not self._link.shared:
+            # Capped: a user past cache.max_entries_per_user here. Their further tokens
+            # stay local, so one account cannot fill Redis (maxmemory) either.
             return
         if not entry.positive and not await self._negative_budget(now):
             self._metrics.cache_negatives_unshared.inc()
