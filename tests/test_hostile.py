@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,11 +195,20 @@ async def test_userinfo_backend_refuses_an_unsendable_token_at_its_edge(fake_idp
     assert fake_idp.calls == 1
 
 
-async def test_answers_without_a_username_are_refusals_that_never_open_the_breaker(
-    fake_idp: FakeIdP, userinfo_gw: GatewayProcess
+@pytest.mark.parametrize(
+    ("kind", "logged"),
+    [
+        # The IdP vouches for each token (a client-credentials token) but names no user.
+        ("nameless", "no 'preferred_username' claim (username_claim)"),
+        # An OIDC client registered for signed userinfo (dynamic registration can let
+        # anyone register one) gets tokens whose userinfo answer is a JWT.
+        ("signed", "signed userinfo (application/jwt)"),
+    ],
+)
+async def test_answers_the_mapping_cannot_use_are_refusals_that_never_open_the_breaker(
+    fake_idp: FakeIdP, userinfo_gw: GatewayProcess, kind: str, logged: str
 ) -> None:
-    # The IdP vouches for each token (a client-credentials token) but names no user.
-    answers = await storm(userinfo_gw, [f"nameless-{i}" for i in range(20)])
+    answers = await storm(userinfo_gw, [f"{kind}-{i}" for i in range(20)])
     assert all(a == {"authenticated": False} for a in answers)
     assert fake_idp.stats().by_status == {200: 20}
     assert breaker_state(userinfo_gw, "idp") == "closed"
@@ -208,8 +218,8 @@ async def test_answers_without_a_username_are_refusals_that_never_open_the_break
         )
         == 20
     )
-    assert_clean_logs(userinfo_gw, "nameless-")
-    assert "no 'preferred_username' claim (username_claim)" in userinfo_gw.logs()
+    assert_clean_logs(userinfo_gw, f"{kind}-")
+    assert logged in userinfo_gw.logs()
     userinfo_still_serving(userinfo_gw, fake_idp)
 
 
@@ -273,23 +283,6 @@ def test_the_per_user_bound_follows_every_way_an_identity_leaves() -> None:
     store.put_now(key(5), identity("x"))
     store.put_now(key(6), identity("m"))
     assert capped == [1] and store.get_now(key(4), clock[0]) is not None
-
-
-async def test_signed_userinfo_answers_are_refusals_that_never_open_the_breaker(
-    fake_idp: FakeIdP, userinfo_gw: GatewayProcess
-) -> None:
-    # An OIDC client registered for signed userinfo (dynamic registration can let anyone
-    # register one) gets tokens whose userinfo answer is a JWT: not the IdP failing.
-    answers = await storm(userinfo_gw, [f"signed-{i}" for i in range(20)])
-    assert all(a == {"authenticated": False} for a in answers)
-    assert fake_idp.stats().by_status == {200: 20}
-    assert breaker_state(userinfo_gw, "idp") == "closed"
-    unmapped = metric(
-        userinfo_gw, "authn_gateway_backend_rejections_total", backend="idp", cause="unmapped"
-    )
-    assert unmapped == 20
-    assert "signed userinfo (application/jwt)" in userinfo_gw.logs()
-    userinfo_still_serving(userinfo_gw, fake_idp)
 
 
 @pytest.mark.parametrize("value", ["1e20", "-5", "soon", "30.5"])
@@ -705,38 +698,48 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
+@contextlib.asynccontextmanager
+async def fleet_cache(
+    server: RedisServer, **limits: int
+) -> AsyncIterator[tuple[Any, Metrics, str]]:
+    """A started fleet state with room for 100 identities and ``limits``: its cache
+    store, its metrics and its key prefix."""
+    prefix = f"t{time.monotonic_ns()}"
+    metrics = Metrics()
+    settings = RedisSettings(url=server.url, key_prefix=prefix)
+    fleet = RedisStores(settings, TokenHasher(b"k"), metrics, 100, **limits)
+    await fleet.start()
+    try:
+        yield fleet.cache_store(), metrics, prefix
+    finally:
+        await fleet.close()
+
+
+async def redis_cache_ttls(server: RedisServer, prefix: str) -> dict[bytes, int]:
+    """Every cache entry in Redis under ``prefix``, with its TTL in seconds."""
+    client = redis.Redis.from_url(server.url)
+    try:
+        return {k: await client.ttl(k) async for k in client.scan_iter(f"{prefix}:cache:*")}
+    finally:
+        await client.aclose()
+
+
 async def test_redis_takes_a_bounded_number_of_refusals_and_every_identity(
     redis_server: RedisServer,
 ) -> None:
-    prefix = f"t{time.monotonic_ns()}"
-    metrics = Metrics()
-    fleet = RedisStores(
-        RedisSettings(url=redis_server.url, key_prefix=prefix),
-        TokenHasher(b"k"),
-        metrics,
-        100,
-        max_negative_entries=5,
-    )
-    await fleet.start()
-    try:
-        store = fleet.cache_store()
+    async with fleet_cache(redis_server, max_negative_entries=5) as (store, metrics, prefix):
         await store.put(b"a" * 32, cached(Authenticated(UserInfo("alice")), ttl=600))
         for i in range(20):
             await store.put(i.to_bytes(32, "big"), cached(Rejected("no"), ttl=600))
         await store.put(b"b" * 32, cached(Authenticated(UserInfo("bob")), ttl=600))
-        client = redis.Redis.from_url(redis_server.url)
-        keys = [k async for k in client.scan_iter(f"{prefix}:cache:*")]
-        ttls = {k: await client.ttl(k) for k in keys}
-        await client.aclose()
+        ttls = await redis_cache_ttls(redis_server, prefix)
         # Two identities and five refusals; refusals live a minute at most in Redis.
-        assert len(keys) == 7
+        assert len(ttls) == 7
         assert sorted(ttls.values())[:5] == [60] * 5
         assert metrics.cache_negatives_unshared._value.get() == 15
         for key in (b"a" * 32, b"b" * 32):
             shared = await store.get_shared(key)
             assert shared is not None and shared.positive
-    finally:
-        await fleet.close()
 
 
 async def test_redis_takes_no_more_of_one_user_than_the_per_user_bound(
@@ -744,30 +747,15 @@ async def test_redis_takes_no_more_of_one_user_than_the_per_user_bound(
 ) -> None:
     # Past the bound a user's new identities stay in the process: one account's tokens
     # cannot fill Redis's maxmemory and make it evict the other users' entries.
-    prefix = f"t{time.monotonic_ns()}"
-    metrics = Metrics()
-    fleet = RedisStores(
-        RedisSettings(url=redis_server.url, key_prefix=prefix),
-        TokenHasher(b"k"),
-        metrics,
-        100,
-        max_entries_per_user=3,
-    )
-    await fleet.start()
-    try:
-        store = fleet.cache_store()
+    async with fleet_cache(redis_server, max_entries_per_user=3) as (store, metrics, prefix):
         await store.put(b"a" * 32, cached(Authenticated(UserInfo("alice")), ttl=600))
         for i in range(20):
             await store.put(i.to_bytes(32, "big"), cached(Authenticated(UserInfo("m")), ttl=600))
-        client = redis.Redis.from_url(redis_server.url)
-        keys = [k async for k in client.scan_iter(f"{prefix}:cache:*")]
-        await client.aclose()
-        assert len(keys) == 1 + 3  # alice, and the first three of m's
+        ttls = await redis_cache_ttls(redis_server, prefix)
+        assert len(ttls) == 1 + 3  # alice, and the first three of m's
         assert metrics.cache_user_capped._value.get() == 17
         shared = await store.get_shared(b"a" * 32)
         assert shared is not None and shared.positive
-    finally:
-        await fleet.close()
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])

@@ -258,3 +258,11 @@ async def test_an_answer_within_the_bound_is_read_whole() -> None:
     body = b'{"preferred_username": "alice", "pad": "' + b"x" * 1_000_000 + b'"}'
     outcome = await userinfo_outcome(http_answer(chunked(body), "Transfer-Encoding: chunked"))
     assert isinstance(outcome, Authenticated) and outcome.user.username == "alice"
+
+
+@pytest.mark.parametrize("coding", ["identity", "", " Identity "])
+async def test_an_answer_declared_uncompressed_is_read(coding: str) -> None:
+    body = b'{"preferred_username": "alice"}'
+    answer = http_answer(body, f"Content-Length: {len(body)}", f"Content-Encoding: {coding}")
+    outcome = await userinfo_outcome(answer)
+    assert isinstance(outcome, Authenticated) and outcome.user.username == "alice"
