@@ -1,7 +1,8 @@
 """Shared HTTP plumbing for backends that talk to an IdP over HTTP(S).
 
 One pooled :class:`httpx.AsyncClient` per backend, with the backend's deadlines and
-TLS settings, and one place that turns transport failures into :class:`Unavailable`.
+TLS settings, over aiohttp's client (:mod:`backends.wire`), and one place that turns
+transport failures into :class:`Unavailable`.
 Per-call policy is a transport wrapper under the client: the call budget
 (:class:`~backends.budget.BudgetedTransport`) and :class:`ResendIfDropped`.
 """
@@ -24,6 +25,7 @@ from pydantic import Field
 from .base import BackendConfigError, Rejected, Unavailable
 from .budget import BudgetedTransport, CallBudget, CallHeldBack
 from .settings import Strict, TimeoutSettings
+from .wire import ANSWERED, CONNECTING, SENDING, AiohttpWire
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,9 @@ class TLSClientSettings(Strict):
 
 class PoolSettings(Strict):
     max_connections: int = Field(default=100, ge=1)
+    # 0 turns keep-alive off. Any other value keeps it on: idle connections, up to
+    # max_connections, close after keepalive_expiry_seconds (aiohttp's pool has no
+    # separate cap on idle ones).
     max_keepalive_connections: int = Field(default=20, ge=0)
     # Some IdPs (Keystone behind uWSGI) close every connection; a short expiry keeps
     # the pool from handing out sockets the server already dropped.
@@ -47,12 +52,9 @@ class PoolSettings(Strict):
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
-# httpcore trace events: a new connection was made; the answer's headers arrived.
-_CONNECTING = "connection.connect_tcp.started"
-_ANSWERED = "http11.receive_response_headers.complete"
-
-
-_SENDING = "http11.send_request_headers.started"
+# Trace events (httpcore's names, sent by the wire): a new connection was made; a
+# request went out on a pooled one; the answer's headers arrived.
+_CONNECTING, _SENDING, _ANSWERED = CONNECTING, SENDING, ANSWERED
 
 
 class WireTime:
@@ -243,6 +245,19 @@ class KeepsNoCookies(CookieJar):
         return None
 
 
+def pooled_wire(verify: ssl.SSLContext | bool, pool: PoolSettings) -> AiohttpWire:
+    """The connection pool a backend's requests go out through."""
+    return AiohttpWire(
+        verify,
+        max_connections=pool.max_connections,
+        keepalive_expiry=pool.keepalive_expiry_seconds,
+        # aiohttp keeps every idle connection up to max_connections for the expiry;
+        # it has no separate cap on idle ones, so 0 (no keep-alive) is the one value
+        # of max_keepalive_connections that changes how it pools.
+        keepalive=pool.max_keepalive_connections > 0,
+    )
+
+
 def make_client(
     base_url: str,
     timeouts: TimeoutSettings,
@@ -262,15 +277,7 @@ def make_client(
         except (OSError, ssl.SSLError) as exc:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
             raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
-    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
-        verify=verify,
-        limits=httpx.Limits(
-            max_connections=pool.max_connections,
-            max_keepalive_connections=pool.max_keepalive_connections,
-            keepalive_expiry=pool.keepalive_expiry_seconds,
-        ),
-        trust_env=False,
-    )
+    transport: httpx.AsyncBaseTransport = pooled_wire(verify, pool)
     transport = BoundedAnswers(transport)
     # Innermost but for the bound, so it sees every request actually written, resends
     # included.

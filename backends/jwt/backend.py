@@ -33,7 +33,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.budget import UNLIMITED, CallBudget
-from backends.http import BoundedAnswers, KeepsNoCookies, PoolSettings
+from backends.http import BoundedAnswers, KeepsNoCookies, PoolSettings, pooled_wire
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
@@ -101,15 +101,7 @@ def issuer_client(settings: JWTSettings) -> httpx.AsyncClient:
                 f"issuer.certificateAuthority: cannot load: {getattr(exc, 'reason', None) or exc}"
             ) from None
     t, pool = settings.timeouts, settings.pool
-    transport = httpx.AsyncHTTPTransport(
-        verify=verify,
-        limits=httpx.Limits(
-            max_connections=pool.max_connections,
-            max_keepalive_connections=pool.max_keepalive_connections,
-            keepalive_expiry=pool.keepalive_expiry_seconds,
-        ),
-        trust_env=False,
-    )
+    transport = pooled_wire(verify, pool)
     return httpx.AsyncClient(
         timeout=httpx.Timeout(t.total_seconds, connect=t.connect_seconds, read=t.read_seconds),
         # Discovery documents and key sets are small; a larger one is not read.

@@ -1,0 +1,262 @@
+"""The wire under the backends' httpx clients (aiohttp): each way an IdP connection
+fails is classified as what it is, nothing is resent behind the wrappers' backs, and
+the trace events the wrappers time and resend by arrive as httpcore sent them.
+
+Real sockets on loopback; each server counts the connections it was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from backends.base import Unavailable
+from backends.http import (
+    WIRE_TIME,
+    PoolSettings,
+    TLSClientSettings,
+    WireTime,
+    make_client,
+    transport_failure,
+)
+from backends.settings import TimeoutSettings
+from backends.wire import ANSWERED, CONNECTING, MAX_HEADER_LINE, SENDING
+
+Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Serve = Callable[[Behaviour], Awaitable["RawIdP"]]
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+class RawIdP:
+    """Runs ``behaviour`` on every connection, after reading the request's head."""
+
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+        self.connections = 0
+        self.requests = 0
+        self.port = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
+                await self.behaviour(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Behaviour], Awaitable[RawIdP]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(behaviour: Behaviour) -> RawIdP:
+        idp = RawIdP(behaviour)
+        server = await asyncio.start_server(idp.serve, "127.0.0.1", 0)
+        idp.port = server.sockets[0].getsockname()[1]
+        servers.append(server)
+        return idp
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+def client(url: str, pool: PoolSettings | None = None) -> httpx.AsyncClient:
+    timeouts = TimeoutSettings(connect_seconds=0.5, read_seconds=0.5, total_seconds=0.5)
+    return make_client(url, timeouts, TLSClientSettings(), pool)
+
+
+async def failure(url: str) -> Unavailable:
+    """What the backends make of one GET to ``url`` that must fail."""
+    async with client(url) as c:
+        with pytest.raises(httpx.HTTPError) as failed:
+            await c.get("/", headers={"Authorization": "Bearer good-alice"})
+    return transport_failure(failed.value)
+
+
+def answer(data: bytes) -> Behaviour:
+    async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    return send
+
+
+async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    raise ConnectionError  # ends the connection without a byte of an answer
+
+
+async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()  # RST, not FIN
+    raise ConnectionError
+
+
+async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await asyncio.sleep(30)
+
+
+async def test_a_refused_connection_is_a_connection_failure() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: refused
+        assert await failure(f"http://127.0.0.1:{port}") == Unavailable("connection failed")
+
+
+async def test_an_idp_that_never_answers_is_a_timeout(serve: Serve) -> None:
+    idp = await serve(never_answer)
+    assert await failure(idp.url) == Unavailable("timed out", timed_out=True)
+    assert idp.requests == 1
+
+
+async def test_a_body_that_stalls_is_a_timeout(serve: Serve) -> None:
+    idp = await serve(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"))
+    assert await failure(idp.url) == Unavailable("timed out", timed_out=True)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        (close_at_once, "connection dropped"),
+        (reset, "transport error (ReadError)"),
+    ],
+    ids=["closed", "reset"],
+)
+async def test_a_drop_on_a_fresh_connection_is_never_resent(
+    serve: Serve, behaviour: Behaviour, reason: str
+) -> None:
+    # aiohttp by itself resends an idempotent request once after either; only
+    # ResendIfDropped may resend, on a pooled connection, paid from the budget.
+    idp = await serve(behaviour)
+    assert await failure(idp.url) == Unavailable(reason)
+    assert (idp.connections, idp.requests) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 two hundred OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nno colon here\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ncut short",
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (MAX_HEADER_LINE + 10) + b"\r\n\r\n",
+    ],
+    ids=["status-line", "header", "chunk-size", "short-body", "header-too-long"],
+)
+async def test_a_malformed_answer_is_the_connection_dropped(serve: Serve, data: bytes) -> None:
+    async def then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(data)
+        await writer.drain()
+        raise ConnectionError
+
+    idp = await serve(then_close)
+    assert await failure(idp.url) == Unavailable("connection dropped")
+    assert idp.requests == 1
+
+
+async def test_a_long_header_line_within_the_bound_is_read(serve: Serve) -> None:
+    # Past aiohttp's default of 8,190 bytes, as h11 read it before.
+    long = b"X-Subject-Token: " + b"t" * 12_000 + b"\r\n"
+    idp = await serve(answer(b"HTTP/1.1 200 OK\r\n" + long + b"Content-Length: 2\r\n\r\nok"))
+    async with client(idp.url) as c:
+        got = await c.get("/")
+    assert got.status_code == 200 and len(got.headers["x-subject-token"]) == 12_000
+
+
+async def test_the_trace_tells_a_new_connection_from_a_pooled_one(serve: Serve) -> None:
+    idp = await serve(answer(OK))
+    events: list[list[str]] = []
+    async with client(idp.url) as c:
+        for _ in range(2):
+            seen: list[str] = []
+
+            async def trace(event: str, info: dict[str, object], seen: list[str] = seen) -> None:
+                seen.append(event)
+
+            assert (await c.get("/", extensions={"trace": trace})).text == "ok"
+            events.append(seen)
+    assert events == [[CONNECTING, ANSWERED], [SENDING, ANSWERED]]
+    assert idp.connections == 1
+
+
+async def test_wire_time_counts_each_answered_request(serve: Serve) -> None:
+    async def slowly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.05)
+        writer.write(OK)
+
+    idp = await serve(slowly)
+    wire = WireTime()
+    token = WIRE_TIME.set(wire)
+    try:
+        async with client(idp.url) as c:
+            for _ in range(3):
+                await c.get("/")
+    finally:
+        WIRE_TIME.reset(token)
+    assert (wire.requests, wire.calls, wire.pending) == (3, 3, None)
+    assert 0.15 <= wire.seconds < 1.5
+
+
+async def test_no_keepalive_opens_a_connection_per_request(serve: Serve) -> None:
+    idp = await serve(answer(OK))
+    pool = PoolSettings(max_keepalive_connections=0)
+    async with client(idp.url, pool) as c:
+        for _ in range(3):
+            assert (await c.get("/")).text == "ok"
+    assert (idp.connections, idp.requests) == (3, 3)
+
+
+async def test_the_pool_holds_at_most_max_connections(serve: Serve) -> None:
+    async def slowly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.05)
+        writer.write(OK)
+
+    idp = await serve(slowly)
+    async with client(idp.url, PoolSettings(max_connections=2)) as c:
+        answers = await asyncio.gather(*(c.get("/") for _ in range(6)))
+    assert [a.text for a in answers] == ["ok"] * 6
+    assert idp.connections == 2
+
+
+async def test_a_post_body_and_the_request_headers_arrive_as_sent(serve: Serve) -> None:
+    heads: list[bytes] = []
+
+    class Recording(RawIdP):
+        async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            heads.append(head + await reader.readexactly(length))
+            writer.write(OK)
+            await writer.drain()
+            writer.close()
+
+    idp = Recording(close_at_once)
+    server = await asyncio.start_server(idp.serve, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with client(url) as c:
+            got = await c.post("/v3/auth/tokens?nocatalog", json={"a": 1}, headers={"X-A": "b"})
+        assert got.text == "ok"
+    finally:
+        server.close()
+        await server.wait_closed()
+    request = heads[0].lower()
+    assert request.startswith(b"post /v3/auth/tokens?nocatalog http/1.1\r\n")
+    assert b"\r\nx-a: b\r\n" in request and b"\r\naccept-encoding: identity\r\n" in request
+    assert b"\r\ncontent-type: application/json\r\n" in request
+    assert request.endswith(b'\r\n\r\n{"a":1}') or request.endswith(b'\r\n\r\n{"a": 1}')
