@@ -64,6 +64,8 @@ class UserinfoBackend(Backend):
         super().__init__(settings.name)
         self._s = settings
         self._client = client or make_client("", settings.timeouts, settings.tls, settings.pool)
+        # Parsed once: httpx parses a URL given as text on every request.
+        self._url = httpx.URL(settings.url)
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -77,7 +79,7 @@ class UserinfoBackend(Backend):
             return refusal
         try:
             response = await self._client.get(
-                self._s.url, headers={"Authorization": f"Bearer {token}"}
+                self._url, headers={"Authorization": f"Bearer {token}"}
             )
         except httpx.HTTPError as exc:
             return transport_failure(exc)

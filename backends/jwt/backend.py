@@ -33,7 +33,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.budget import UNLIMITED, CallBudget
-from backends.http import BoundedAnswers, KeepsNoCookies, PoolSettings, pooled_wire
+from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
@@ -102,12 +102,11 @@ def issuer_client(settings: JWTSettings) -> httpx.AsyncClient:
             ) from None
     t, pool = settings.timeouts, settings.pool
     transport = pooled_wire(verify, pool)
-    return httpx.AsyncClient(
+    return IdPClient(
         timeout=httpx.Timeout(t.total_seconds, connect=t.connect_seconds, read=t.read_seconds),
         # Discovery documents and key sets are small; a larger one is not read.
         transport=BoundedAnswers(transport, MAX_JWKS_BYTES),
         follow_redirects=False,
-        cookies=KeepsNoCookies(),
         trust_env=False,
     )
 
