@@ -25,7 +25,7 @@ from pydantic import Field
 from .base import BackendConfigError, Rejected, Unavailable
 from .budget import BudgetedTransport, CallBudget, CallHeldBack
 from .settings import Strict, TimeoutSettings
-from .wire import ANSWERED, CONNECTING, SENDING, AiohttpWire
+from .wire import ANSWERED, BODY_READ, CONNECTING, SENDING, AiohttpWire
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +53,18 @@ _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 # Trace events (httpcore's names, sent by the wire): a new connection was made; a
-# request went out on a pooled one; the answer's headers arrived.
-_CONNECTING, _SENDING, _ANSWERED = CONNECTING, SENDING, ANSWERED
+# request went out on a pooled one; the answer's headers arrived; its body did.
+_CONNECTING, _SENDING, _ANSWERED, _BODY_READ = CONNECTING, SENDING, ANSWERED, BODY_READ
 
 
 class WireTime:
     """Seconds a review's HTTP calls spent on the wire: from each request's connect (or
-    its write on a pooled connection) to reading its answer's headers. Leaves out the
-    turns the caller's event loop takes around them (pool, body, close): under a
-    starved CPU those are the caller's time, not the IdP's. Whoever times a review sets
-    a fresh one in :data:`WIRE_TIME`."""
+    its write on a pooled connection) to the last byte of its answer's body. Leaves out
+    the turns the caller's event loop takes around them (pool, close): under a starved
+    CPU those are the caller's time, not the IdP's. The body is in: an IdP that sends
+    its headers at once and then trickles or stalls its body is slow, not the gateway
+    (``tests/test_wire.py``). Whoever times a review sets a fresh one in
+    :data:`WIRE_TIME`."""
 
     __slots__ = ("calls", "pending", "requests", "seconds", "unread", "unread_within")
 
@@ -109,7 +111,7 @@ class TimedOnTheWire(httpx.AsyncBaseTransport):
         async def trace(event: str, info: dict[str, object]) -> None:
             if event in (_CONNECTING, _SENDING) and wire.pending is None:
                 wire.pending = time.perf_counter()
-            elif event == _ANSWERED and wire.pending is not None:
+            elif event == _BODY_READ and wire.pending is not None:
                 wire.add(wire.pending, time.perf_counter())
                 wire.pending = None
             if outer_trace is not None:

@@ -16,7 +16,8 @@ What the wrappers above rely on is kept:
   resend there is, on a pooled connection only, paid from the call budget;
 - the request's ``trace`` extension gets httpcore's event names, so
   :class:`~backends.http.TimedOnTheWire` and ``ResendIfDropped`` see when a connection
-  was made, when a request went out and when its answer's headers came in.
+  was made, when a request went out, when its answer's headers came in and when its
+  body had all arrived.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from yarl import URL
 CONNECTING = "connection.connect_tcp.started"
 SENDING = "http11.send_request_headers.started"
 ANSWERED = "http11.receive_response_headers.complete"
+BODY_READ = "http11.receive_response_body.complete"
 
 #: The longest header line an answer may have. h11 allowed a 16 KiB head; aiohttp's
 #: default of 8190 bytes a line would refuse a long X-Subject-Token or Link header
@@ -107,9 +109,14 @@ def _classified(exc: BaseException, request: httpx.Request, reading_body: bool) 
 
 
 class _Body(httpx.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+    """The answer's body, read as it arrives; :data:`BODY_READ` when it all has."""
+
+    def __init__(
+        self, response: aiohttp.ClientResponse, request: httpx.Request, trace: Trace | None
+    ) -> None:
         self._response = response
         self._request = request
+        self._trace = trace
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         content = self._response.content
@@ -119,6 +126,8 @@ class _Body(httpx.AsyncByteStream):
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise _classified(exc, self._request, reading_body=True) from None
             if not chunk:
+                if self._trace is not None:
+                    await self._trace(BODY_READ, {})
                 return
             yield chunk
 
@@ -186,6 +195,7 @@ class AiohttpWire(httpx.AsyncBaseTransport):
             sock_read=timeouts.get("read"),
         )
         body = await request.aread()
+        trace: Trace | None = request.extensions.get("trace")
         try:
             response = await self._session.request(
                 request.method,
@@ -194,14 +204,14 @@ class AiohttpWire(httpx.AsyncBaseTransport):
                 data=body or None,
                 allow_redirects=False,
                 timeout=timeout,
-                trace_request_ctx=request.extensions.get("trace"),
+                trace_request_ctx=trace,
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _classified(exc, request, reading_body=False) from None
         return httpx.Response(
             response.status,
             headers=response.raw_headers,
-            stream=_Body(response, request),
+            stream=_Body(response, request, trace),
             extensions={
                 "http_version": b"HTTP/1.1",
                 "reason_phrase": (response.reason or "").encode("latin-1", "replace"),

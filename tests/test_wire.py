@@ -25,7 +25,9 @@ from backends.http import (
     transport_failure,
 )
 from backends.settings import TimeoutSettings
-from backends.wire import ANSWERED, CONNECTING, MAX_HEADER_LINE, SENDING
+from backends.wire import ANSWERED, BODY_READ, CONNECTING, MAX_HEADER_LINE, SENDING
+from tests.support import loadclient
+from tests.support.procs import GatewayProcess
 
 Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Serve = Callable[[Behaviour], Awaitable["RawIdP"]]
@@ -190,7 +192,7 @@ async def test_the_trace_tells_a_new_connection_from_a_pooled_one(serve: Serve) 
 
             assert (await c.get("/", extensions={"trace": trace})).text == "ok"
             events.append(seen)
-    assert events == [[CONNECTING, ANSWERED], [SENDING, ANSWERED]]
+    assert events == [[CONNECTING, ANSWERED, BODY_READ], [SENDING, ANSWERED, BODY_READ]]
     assert idp.connections == 1
 
 
@@ -210,6 +212,22 @@ async def test_wire_time_counts_each_answered_request(serve: Serve) -> None:
         WIRE_TIME.reset(token)
     assert (wire.requests, wire.calls, wire.pending) == (3, 3, None)
     assert 0.15 <= wire.seconds < 1.5
+
+
+async def test_a_body_still_arriving_is_time_on_the_wire(serve: Serve) -> None:
+    # Headers at once, then the body stalls: the request stays pending on the wire
+    # clock until the call ends (idp_time adds it), as a request never answered does.
+    idp = await serve(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"))
+    wire = WireTime()
+    token = WIRE_TIME.set(wire)
+    try:
+        async with client(idp.url) as c:
+            with pytest.raises(httpx.ReadTimeout):
+                await c.get("/")
+    finally:
+        WIRE_TIME.reset(token)
+    assert (wire.requests, wire.calls, wire.seconds) == (1, 0, 0.0)
+    assert wire.pending is not None
 
 
 async def test_no_keepalive_opens_a_connection_per_request(serve: Serve) -> None:
@@ -260,3 +278,36 @@ async def test_a_post_body_and_the_request_headers_arrive_as_sent(serve: Serve) 
     assert b"\r\nx-a: b\r\n" in request and b"\r\naccept-encoding: identity\r\n" in request
     assert b"\r\ncontent-type: application/json\r\n" in request
     assert request.endswith(b'\r\n\r\n{"a":1}') or request.endswith(b'\r\n\r\n{"a": 1}')
+
+
+async def test_an_idp_trickling_its_answer_is_cut_at_the_backend_deadline(
+    serve: Serve, gateway_factory: Callable[..., GatewayProcess]
+) -> None:
+    # A byte every 0.2 s never trips the 1 s read timeout, which each byte restarts
+    # (as httpcore's did): the review's deadline (total_seconds) ends it, and it
+    # counts as the IdP failing.
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = b'{"preferred_username": "alice", "pad": "' + b"x" * 100 + b'"}'
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for byte in body:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.2)
+
+    idp = await serve(trickle)
+    backend = {
+        "name": "idp",
+        "type": "userinfo",
+        "url": f"{idp.url}/userinfo",
+        "timeouts": {"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.0},
+        "breaker": {"fail_max": 1000},
+    }
+    gw = gateway_factory({"backends": [backend]})
+    answers = await loadclient.storm(gw.url, ["good-alice", "good-bob"], 2)
+    assert [a.status for a in answers] == [200, 200]
+    assert all(a.body["status"]["authenticated"] is False for a in answers)
+    # The IdP's time, not "the gateway itself was slow" (which the breaker ignores):
+    # before the body was on the wire clock, this one was blamed on the gateway.
+    assert [a.body["status"]["error"] for a in answers] == ["idp: no answer within 1s"] * 2
+    assert max(a.seconds for a in answers) < 2.5  # not the 20 s the whole answer takes
+    assert idp.requests == 2
