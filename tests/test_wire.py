@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,6 +29,7 @@ from backends.http import (
 from backends.settings import TimeoutSettings
 from backends.wire import ANSWERED, BODY_READ, CONNECTING, MAX_HEADER_LINE, SENDING
 from tests.support import loadclient
+from tests.support.pki import issue, make_ca
 from tests.support.procs import GatewayProcess
 
 Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -311,3 +314,70 @@ async def test_an_idp_trickling_its_answer_is_cut_at_the_backend_deadline(
     assert [a.body["status"]["error"] for a in answers] == ["idp: no answer within 1s"] * 2
     assert max(a.seconds for a in answers) < 2.5  # not the 20 s the whole answer takes
     assert idp.requests == 2
+
+
+TLSIdP = Callable[[str], Awaitable[tuple[str, Path, RawIdP]]]
+
+
+@pytest.fixture
+async def tls_idp(tmp_path: Path) -> AsyncIterator[TLSIdP]:
+    """Starts an https IdP on 127.0.0.1 with a certificate a private CA signed for
+    localhost and the address given; yields its URL, the CA's PEM file and the IdP."""
+    servers: list[asyncio.Server] = []
+    ca = make_ca("wire-test-ca")
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem())
+
+    async def start(cert_ip: str) -> tuple[str, Path, RawIdP]:
+        leaf = issue(ca, "idp", server=True, ip=cert_ip)
+        (tmp_path / "idp.pem").write_bytes(leaf.cert_pem())
+        (tmp_path / "idp.key").write_bytes(leaf.key_pem())
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tmp_path / "idp.pem", tmp_path / "idp.key")
+        idp = RawIdP(answer(OK))
+        server = await asyncio.start_server(idp.serve, "127.0.0.1", 0, ssl=context)
+        servers.append(server)
+        idp.port = server.sockets[0].getsockname()[1]
+        return f"https://127.0.0.1:{idp.port}", tmp_path / "ca.pem", idp
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+async def tls_get(url: str, tls: TLSClientSettings) -> httpx.Response | Unavailable:
+    timeouts = TimeoutSettings(connect_seconds=2.0, read_seconds=2.0, total_seconds=2.0)
+    async with make_client(url, timeouts, tls) as c:
+        try:
+            return await c.get("/")
+        except httpx.HTTPError as exc:
+            return transport_failure(exc)
+
+
+async def test_an_idp_signed_by_the_configured_ca_is_trusted(tls_idp: TLSIdP) -> None:
+    url, ca_file, idp = await tls_idp("127.0.0.1")
+    got = await tls_get(url, TLSClientSettings(ca_file=ca_file))
+    assert isinstance(got, httpx.Response) and got.text == "ok"
+    assert idp.requests == 1
+
+
+@pytest.mark.parametrize("cert_ip", ["127.0.0.1", "127.0.0.2"], ids=["unknown-ca", "wrong-name"])
+async def test_an_idp_certificate_that_does_not_verify_is_a_connection_failure(
+    tls_idp: TLSIdP, cert_ip: str
+) -> None:
+    # The system store does not know the private CA; with the CA, a certificate for
+    # 127.0.0.2 does not name 127.0.0.1. Either way no request is sent.
+    url, ca_file, idp = await tls_idp(cert_ip)
+    tls = TLSClientSettings() if cert_ip == "127.0.0.1" else TLSClientSettings(ca_file=ca_file)
+    timeouts = TimeoutSettings(connect_seconds=2.0, read_seconds=2.0, total_seconds=2.0)
+    async with make_client(url, timeouts, tls) as c:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED") as failed:
+            await c.get("/")
+    assert transport_failure(failed.value) == Unavailable("connection failed")
+    assert idp.requests == 0
+
+
+async def test_verify_false_talks_to_any_certificate(tls_idp: TLSIdP) -> None:
+    url, _, _ = await tls_idp("127.0.0.2")
+    got = await tls_get(url, TLSClientSettings(verify=False))
+    assert isinstance(got, httpx.Response) and got.status_code == 200
