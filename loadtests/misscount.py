@@ -7,8 +7,9 @@ process executes, not how long it took). Each row is a small program run twice u
 callgrind against the fake IdP, with none and with ``--calls`` IdP calls after a
 first warm-up one; the difference over the calls is the instructions one call costs:
 
-- the backend's HTTP client (httpx, with the transport wrappers of ``backends.http``);
-- aiohttp's client, when aiohttp is installed (not a dependency; for comparison);
+- the backend's HTTP client (httpx on the aiohttp wire, with the transport wrappers
+  of ``backends.http``);
+- aiohttp's client alone (the wire under it);
 - a whole missed review through the edge protocol (the same as misspath's last row).
 
 The whole miss less the backend's client is the gateway's own work around the call.
@@ -34,7 +35,7 @@ from tests.support.procs import free_port, wait_for_port
 
 ROWS = {
     "client": "the backend's client (httpx and its wrappers), per call",
-    "aiohttp": "aiohttp's client (not a dependency; for comparison)",
+    "aiohttp": "aiohttp's client alone (the backends' wire)",
     "miss": "a whole missed review through the edge protocol",
 }
 _COLLECTED = re.compile(rb"Collected : (\d+)")
@@ -134,14 +135,6 @@ def instructions(row: str, url: str, calls: int, workdir: Path) -> int:
     return int(found.group(1))
 
 
-def has_aiohttp() -> bool:
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="IdP calls counted (200)")
@@ -163,7 +156,7 @@ def main() -> int:
     unknown = sorted(set(asked) - set(ROWS))
     if unknown:
         parser.error(f"--rows: no row {', '.join(unknown)} (rows: {', '.join(ROWS)})")
-    rows = [row for row in ROWS if row in asked and (row != "aiohttp" or has_aiohttp())]
+    rows = [row for row in ROWS if row in asked]
     port, control = free_port(), free_port()
     cmd = [sys.executable, "-m", "tests.support.fakes.idp", "--port", str(port)]
     cmd += ["--control-port", str(control)]

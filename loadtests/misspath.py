@@ -3,12 +3,12 @@
 The miss of ``loadtests.bench`` (a never-seen token, a userinfo backend, the default
 config) is timed from the inside out: the IdP call alone by the clients (a bare
 asyncio HTTP/1.1 exchange on a kept-alive socket, the floor for one call on this event
-loop; a plain ``httpx.AsyncClient``; aiohttp's, when it is installed, for comparison;
-the backend's own client with its transport wrappers), then the backend stack, the
-pipeline and a whole request through the edge protocol. Each row is the CPU this
-process spent per call (best of the rounds), so the IdP's own work, in its own process
-on another core, is not in it; the rows' differences are what each part adds to a
-miss. Run pinned:
+loop; a plain ``httpx.AsyncClient`` on httpcore; aiohttp's client alone, the wire
+under the backends' httpx; the backend's own client with its transport wrappers),
+then the backend stack, the pipeline and a whole request through the edge protocol.
+Each row is the CPU this process spent per call (best of the rounds), so the IdP's own
+work, in its own process on another core, is not in it; the rows' differences are
+what each part adds to a miss. Run pinned:
 
     taskset -c 1 python -m loadtests.misspath [--calls 2000] [--profile out.pstats]
 """
@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from authn_gateway.app import GatewayApp
@@ -159,16 +160,15 @@ async def measure(url: str, port: int, calls: int, profile: str | None) -> None:
         ("pipeline.review (routing, admission)", pipeline_miss),
         ("whole request through the edge protocol", request_miss),
     ]
-    session = aiohttp_session()
-    if session is not None:
+    session = aiohttp.ClientSession()
 
-        async def aiohttp_get() -> None:
-            headers = {"Authorization": f"Bearer {fresh_token()}"}
-            async with session.get(url, headers=headers) as r:
-                assert r.status == 200
-                await r.read()
+    async def aiohttp_get() -> None:
+        headers = {"Authorization": f"Bearer {fresh_token()}"}
+        async with session.get(url, headers=headers) as r:
+            assert r.status == 200
+            await r.read()
 
-        parts.insert(2, ("IdP call, aiohttp (not a dependency; for comparison)", aiohttp_get))
+    parts.insert(2, ("IdP call, aiohttp alone (the backends' wire)", aiohttp_get))
     print(f"CPU of the gateway's process per missed review, best of {ROUNDS} x {calls:,}:")
     floor = 0.0
     for label, one in parts:
@@ -176,21 +176,11 @@ async def measure(url: str, port: int, calls: int, profile: str | None) -> None:
         micros = await best_us_async(one, ROUNDS, calls)
         floor = floor or micros
         print(f"  {label:<56} {micros:7.1f} us  {micros / floor:5.2f} x floor", flush=True)
-    if session is not None:
-        await session.close()
+    await session.close()
     await raw.close()
     await plain.aclose()
     conns[0].connection_lost(None)
     await gateway.close()
-
-
-def aiohttp_session() -> Any:
-    """An aiohttp session when aiohttp is installed (``pip install aiohttp``), else None."""
-    try:
-        import aiohttp
-    except ImportError:
-        return None
-    return aiohttp.ClientSession()
 
 
 def main() -> int:

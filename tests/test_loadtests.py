@@ -421,6 +421,7 @@ def test_the_miss_path_measurement_runs_as_documented() -> None:
     for label in (
         "IdP call, bare asyncio HTTP/1.1 (the floor)",
         "IdP call, plain httpx.AsyncClient",
+        "IdP call, aiohttp alone (the backends' wire)",
         "IdP call, the backend (its client and wrappers)",
         "backend stack (cache, coalesce, breaker, bucket, ...)",
         "pipeline.review (routing, admission)",
