@@ -3,7 +3,7 @@
 httpx stays the backends' client (requests, auth flows, the transport wrappers of
 :mod:`backends.http`); this transport replaces httpcore, h11 and anyio underneath it,
 which cost 2.27 M instructions per IdP call against aiohttp's 0.29 M
-(docs/decisions.md, "The IdP call goes out through aiohttp").
+(docs/decisions.md, "The IdP call goes out through aiohttp, under httpx").
 
 What the wrappers above rely on is kept:
 
@@ -153,7 +153,8 @@ class AiohttpWire(httpx.AsyncBaseTransport):
     ) -> None:
         self._ssl: ssl.SSLContext | bool = verify
         if verify is True:
-            # The system's trust store, as before (httpx's AsyncHTTPTransport does the same).
+            # The system's trust store, as the reference config says (httpx had used
+            # certifi's bundle): a private CA goes in tls.ca_file or the image's store.
             self._ssl = ssl.create_default_context()
         self._max_connections = max_connections
         self._keepalive_expiry = keepalive_expiry
