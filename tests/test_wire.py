@@ -160,8 +160,21 @@ async def test_a_drop_on_a_fresh_connection_is_never_resent(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ncut short",
         b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (MAX_HEADER_LINE + 10) + b"\r\n\r\n",
+        # Both framings: which one ends the body is the classic smuggling question.
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!",
+        b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200)) + b"\r\n",
     ],
-    ids=["status-line", "header", "chunk-size", "short-body", "header-too-long"],
+    ids=[
+        "status-line",
+        "header",
+        "chunk-size",
+        "short-body",
+        "header-too-long",
+        "two-framings",
+        "two-lengths",
+        "too-many-headers",
+    ],
 )
 async def test_a_malformed_answer_is_the_connection_dropped(serve: Serve, data: bytes) -> None:
     async def then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
