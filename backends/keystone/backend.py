@@ -65,6 +65,10 @@ class KeystoneBackend(Backend):
         )
         self._auth = ServiceTokenAuth(self.service)
         self._groups = GroupLookup(settings.groups, self._client, self._auth, self._base)
+        # Built once: httpx would parse and merge the path and its query on every call.
+        self._validate_url = self._client.build_request(
+            "GET", "auth/tokens", params={"nocatalog": "1"}
+        ).url
 
     async def start(self) -> None:
         if not self._s.tls.verify:
@@ -91,8 +95,7 @@ class KeystoneBackend(Backend):
             return refusal
         answer = await send_with_service_token(
             lambda: self._client.get(
-                "auth/tokens",
-                params={"nocatalog": "1"},
+                self._validate_url,
                 headers={"X-Subject-Token": token},
                 auth=self._auth,
                 extensions=PAID_BY_REVIEW,
