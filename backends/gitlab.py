@@ -144,6 +144,12 @@ class GitLabBackend(Backend):
         self._client = client or make_client(
             settings.base_url, settings.timeouts, settings.tls, settings.pool, budget=budget
         )
+        # The fixed paths' URLs, built once: httpx would parse and merge them on every
+        # call. Keys are this module's constant paths, never anything a client sends.
+        self._urls = {
+            path: self._client.build_request("GET", path).url
+            for path in ("/api/v4/user", "/api/v4/personal_access_tokens/self", "/oauth/token/info")
+        }
         self._pat_prefixes = tuple(settings.personal_token_prefixes)
         self._foreign_prefixes = tuple(settings.not_api_token_prefixes)
         self._top_level = frozenset(settings.groups.top_level)
@@ -208,7 +214,10 @@ class GitLabBackend(Backend):
     ) -> httpx.Response | Unavailable:
         try:
             return await self._client.get(
-                path, headers=auth, params=params, extensions=PAID_BY_REVIEW if first else None
+                self._urls.get(path, path) if params is None else path,
+                headers=auth,
+                params=params,
+                extensions=PAID_BY_REVIEW if first else None,
             )
         except httpx.HTTPError as exc:
             return transport_failure(exc)
