@@ -52,11 +52,6 @@ class PoolSettings(Strict):
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
-# Trace events (httpcore's names, sent by the wire): a new connection was made; a
-# request went out on a pooled one; the answer's headers arrived; its body did.
-_CONNECTING, _SENDING, _ANSWERED, _BODY_READ = CONNECTING, SENDING, ANSWERED, BODY_READ
-
-
 class WireTime:
     """Seconds a review's HTTP calls spent on the wire: from each request's connect (or
     its write on a pooled connection) to the last byte of its answer's body. Leaves out
@@ -109,9 +104,9 @@ class TimedOnTheWire(httpx.AsyncBaseTransport):
         wire.requests += 1
 
         async def trace(event: str, info: dict[str, object]) -> None:
-            if event in (_CONNECTING, _SENDING) and wire.pending is None:
+            if event in (CONNECTING, SENDING) and wire.pending is None:
                 wire.pending = time.perf_counter()
-            elif event == _BODY_READ and wire.pending is not None:
+            elif event == BODY_READ and wire.pending is not None:
                 wire.add(wire.pending, time.perf_counter())
                 wire.pending = None
             if outer_trace is not None:
@@ -156,7 +151,7 @@ class ResendIfDropped(httpx.AsyncBaseTransport):
         try:
             return await self._inner.handle_async_request(request)
         except _DROPPED:
-            if _CONNECTING in seen or _ANSWERED in seen:
+            if CONNECTING in seen or ANSWERED in seen:
                 raise
             if self._budget is not None and not await self._budget.acquire(0.0):
                 raise

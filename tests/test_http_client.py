@@ -35,6 +35,7 @@ from backends.jwt.backend import JWTSettings, issuer_client
 from backends.settings import TimeoutSettings
 from backends.userinfo import UserinfoBackend, UserinfoSettings
 from tests.support.fakes.idp import FakeIdP, serve_h11
+from tests.support.fakes.raw import RawIdP
 
 
 class CookieSettingIdP:
@@ -145,39 +146,27 @@ async def test_an_idp_call_searches_for_no_module(fake_idp: FakeIdP) -> None:
     assert fake_idp.stats().calls == 6
 
 
-class CannedIdP:
-    """A raw HTTP/1.1 server that answers every request with ``answer`` bytes as they
-    are (so chunked, gzip or lying framing can be sent), recording each request's head
-    and how many bytes of the answer it wrote before the client went away."""
+class CannedIdP(RawIdP):
+    """Answers every request with ``answer`` bytes as they are (so chunked, gzip or
+    lying framing can be sent), then closes; records how many bytes of the answer it
+    wrote before the client went away."""
 
     def __init__(self, answer: bytes) -> None:
+        super().__init__(self._answer)
         self.answer = answer
-        self.heads: list[bytes] = []
         self.written = 0
-        self.port = 0
 
-    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            self.heads.append(await reader.readuntil(b"\r\n\r\n"))
-            for start in range(0, len(self.answer), 65536):
-                writer.write(self.answer[start : start + 65536])
-                await writer.drain()
-                self.written = start + 65536
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for start in range(0, len(self.answer), 65536):
+            writer.write(self.answer[start : start + 65536])
+            await writer.drain()
+            self.written = start + 65536
+        raise ConnectionError  # one answer a connection: unframed ones end at the close
 
 
 async def canned(answer: bytes) -> tuple[CannedIdP, asyncio.Server]:
     idp = CannedIdP(answer)
-    server = await asyncio.start_server(idp.connection, "127.0.0.1", 0)
-    idp.port = server.sockets[0].getsockname()[1]
-    return idp, server
+    return idp, await idp.start()
 
 
 def http_answer(body: bytes, *headers: str) -> bytes:

@@ -29,38 +29,12 @@ from backends.http import (
 from backends.settings import TimeoutSettings
 from backends.wire import ANSWERED, BODY_READ, CONNECTING, MAX_HEADER_LINE, SENDING
 from tests.support import loadclient
+from tests.support.fakes.raw import Behaviour, RawIdP
 from tests.support.pki import issue, make_ca
 from tests.support.procs import GatewayProcess
 
-Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-Serve = Callable[[Behaviour], Awaitable["RawIdP"]]
+Serve = Callable[[Behaviour], Awaitable[RawIdP]]
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-
-
-class RawIdP:
-    """Runs ``behaviour`` on every connection, after reading the request's head."""
-
-    def __init__(self, behaviour: Behaviour) -> None:
-        self.behaviour = behaviour
-        self.connections = 0
-        self.requests = 0
-        self.port = 0
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                self.requests += 1
-                await self.behaviour(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 @pytest.fixture
@@ -69,9 +43,7 @@ async def serve() -> AsyncIterator[Callable[[Behaviour], Awaitable[RawIdP]]]:
 
     async def start(behaviour: Behaviour) -> RawIdP:
         idp = RawIdP(behaviour)
-        server = await asyncio.start_server(idp.serve, "127.0.0.1", 0)
-        idp.port = server.sockets[0].getsockname()[1]
-        servers.append(server)
+        servers.append(await idp.start())
         return idp
 
     yield start
@@ -267,29 +239,38 @@ async def test_the_pool_holds_at_most_max_connections(serve: Serve) -> None:
     assert idp.connections == 2
 
 
+async def test_a_request_that_finds_the_pool_full_waits_its_connect_timeout(serve: Serve) -> None:
+    # One connection, held by a request the IdP never answers (1 s read timeout): the
+    # second waits for a slot as long as httpx's pool and connect timeouts together
+    # (0.2 + 0.2 s), then is a ConnectTimeout without sending anything.
+    idp = await serve(never_answer)
+    timeouts = TimeoutSettings(connect_seconds=0.2, read_seconds=1.0, total_seconds=0.2)
+    pool = PoolSettings(max_connections=1)
+    async with make_client(idp.url, timeouts, TLSClientSettings(), pool) as c:
+        first = asyncio.ensure_future(c.get("/"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(httpx.ConnectTimeout) as waited:
+            await c.get("/")
+        assert (idp.connections, idp.requests) == (1, 1)
+        with pytest.raises(httpx.ReadTimeout):
+            await first
+    assert transport_failure(waited.value) == Unavailable("timed out", timed_out=True)
+
+
 async def test_a_post_body_and_the_request_headers_arrive_as_sent(serve: Serve) -> None:
-    heads: list[bytes] = []
+    bodies: list[bytes] = []
 
-    class Recording(RawIdP):
-        async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            heads.append(head + await reader.readexactly(length))
-            writer.write(OK)
-            await writer.drain()
-            writer.close()
+    async def read_the_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = idp.heads[-1].lower()
+        length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+        bodies.append(await reader.readexactly(length))
+        writer.write(OK)
 
-    idp = Recording(close_at_once)
-    server = await asyncio.start_server(idp.serve, "127.0.0.1", 0)
-    try:
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        async with client(url) as c:
-            got = await c.post("/v3/auth/tokens?nocatalog", json={"a": 1}, headers={"X-A": "b"})
-        assert got.text == "ok"
-    finally:
-        server.close()
-        await server.wait_closed()
-    request = heads[0].lower()
+    idp = await serve(read_the_body)
+    async with client(idp.url) as c:
+        got = await c.post("/v3/auth/tokens?nocatalog", json={"a": 1}, headers={"X-A": "b"})
+    assert got.text == "ok"
+    request = (idp.heads[0] + bodies[0]).lower()
     assert request.startswith(b"post /v3/auth/tokens?nocatalog http/1.1\r\n")
     assert b"\r\nx-a: b\r\n" in request and b"\r\naccept-encoding: identity\r\n" in request
     assert b"\r\ncontent-type: application/json\r\n" in request
