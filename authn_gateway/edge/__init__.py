@@ -21,13 +21,17 @@ uvicorn's httptools protocol, plus what a port reachable by anyone needs:
   nothing before it on the connection is offered to ``answer_at_once`` (the review
   endpoint's cache-hit path) before any task is made for it; what that does not
   answer goes through ASGI as usual;
+- **writes batched per turn of the loop**: what a connection writes is held until the
+  loop has run every read that was ready, then sent in order, one ``send()`` per
+  connection; closing, half-closing or aborting sends (or drops) what is held first;
 - **TLS done here**: the handshake runs in asyncio's ``SSLProtocol`` with whichever server
   context is current (so certificate *and* client CA reloads apply to new
   connections), and its failures are counted by reason and logged, rate-limited.
 
 Modules: ``protocol`` (the connection: ``GatewayHttpProtocol``), ``limits`` (one
 listener's ``EdgeLimits`` and ``EdgeStats``), ``cycle`` (what a request's ASGI cycle
-sees of the connection), ``answers`` (what the protocol writes itself), ``handshake``
+sees of the connection), ``answers`` (what the protocol writes itself), ``batching``
+(writes held to the end of the loop's turn), ``handshake``
 (TLS handshake failures by reason), ``ratelog`` (rate-limited warnings) and
 ``metrics`` (the counts, exported at scrape time).
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from asyncio import sslproto
-from typing import Any
+from typing import Any, cast
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -14,6 +14,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from ..callerauth import CALLER_KEY, CERT_NAMES_KEY
 from ..tls import certificate_names
 from .answers import OkFramer, error_reply
+from .batching import BatchedTransport, batch_for
 from .cycle import ClosingTransport, Cycle
 from .handshake import QUIET_REASONS, handshake_reason
 from .limits import EdgeLimits
@@ -120,7 +121,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         )
 
     def _http_connection_made(self, transport: asyncio.Transport) -> None:
-        super().connection_made(transport)
+        # Every write of this connection waits for the end of the loop's turn (batching.py).
+        batched = BatchedTransport(transport, batch_for(self.loop))
+        super().connection_made(cast(asyncio.Transport, batched))
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             # The certificate was verified against the client CA during the handshake.

@@ -1,0 +1,217 @@
+"""Writes held to the end of the loop's turn (edge/batching.py): nothing is sent while
+the turn's reads run, then each connection's answers go out in order, in one send();
+a close, half-close or abort sends what is held first (or drops it), and a peer gone
+before the flush is sent nothing. In process, over the real protocol and parser, with a
+transport that records what it is asked to do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+from uvicorn.server import ServerState
+
+from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
+from authn_gateway.edge.batching import BatchedTransport, WriteBatch
+from authn_gateway.server import _UvicornConfig
+
+ANSWER = b'{"answer":"at once"}'
+
+
+def post(body: bytes, *headers: bytes) -> bytes:
+    head = b"POST /authenticate HTTP/1.1\r\nhost: gw\r\ncontent-length: %d\r\n" % len(body)
+    return head + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
+
+
+class RecordingTransport:
+    """What the protocol asks of its transport, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bytes]] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(("write", bytes(data)))
+
+    def write_eof(self) -> None:
+        self.calls.append(("write_eof", b""))
+
+    def close(self) -> None:
+        self.closing = True
+        self.calls.append(("close", b""))
+
+    def abort(self) -> None:
+        self.closing = True
+        self.calls.append(("abort", b""))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 40000)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+    def writes(self) -> list[bytes]:
+        return [data for call, data in self.calls if call == "write"]
+
+
+async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    body = json.dumps({"path": scope["path"]}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def answer_at_once(scope: dict[str, Any], body: bytes) -> bytes | None:
+    # A review "in the cache" is answered by the protocol; anything else goes to the app.
+    return ANSWER if body == b"hit" else None
+
+
+def connection() -> tuple[GatewayHttpProtocol, RecordingTransport]:
+    edge = EdgeLimits()
+    edge.answer_at_once = answer_at_once
+    config = _UvicornConfig(
+        asgi_app, edge=edge, http=GatewayHttpProtocol, lifespan="off", log_config=None
+    )
+    config.load()
+    conn = GatewayHttpProtocol(config=config, server_state=ServerState(), app_state={})
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+async def turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+LOOPS: list[Callable[[], asyncio.AbstractEventLoop]] = [
+    asyncio.new_event_loop,
+    uvloop.new_event_loop,
+]
+
+
+def run(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop], main: Coroutine[Any, Any, None]
+) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main)
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_answers_of_one_turn_go_out_after_it_in_order_in_one_send(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> None:
+        first, first_t = connection()
+        second, second_t = connection()
+        # Two pipelined hits on one connection, one on another, all in one turn.
+        first.data_received(post(b"hit") + post(b"hit"))
+        second.data_received(post(b"hit"))
+        assert first_t.calls == [] and second_t.calls == []  # held while reads run
+        await turns()
+        [sent] = first_t.writes()
+        assert sent.count(ANSWER) == 2 and sent.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert sent.endswith(ANSWER) and sent.count(b"HTTP/1.1 200 OK") == 2
+        assert [w.count(ANSWER) for w in second_t.writes()] == [1]
+
+    run(loop_factory, main())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_an_answer_at_once_then_an_asgi_answer_keep_their_order(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> None:
+        conn, transport = connection()
+        conn.data_received(post(b"hit") + post(b"miss"))
+        await turns(20)
+        sent = b"".join(transport.writes())
+        assert sent.index(ANSWER) < sent.index(b'"/authenticate"}')
+        assert sent.count(b"HTTP/1.1 200 OK") == 2
+
+    run(loop_factory, main())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_last_answer_is_sent_before_the_half_close(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> None:
+        conn, transport = connection()
+        conn.data_received(post(b"hit", b"connection: close"))
+        # The lingering close half-closes at once: what was held goes first.
+        assert [call for call, _ in transport.calls] == ["write", "write_eof"]
+        assert transport.calls[0][1].endswith(ANSWER)
+        assert b"connection: close" in transport.calls[0][1].lower()
+        await turns()
+        assert [call for call, _ in transport.calls] == ["write", "write_eof"]
+
+    run(loop_factory, main())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_refusal_after_held_answers_comes_after_them(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> None:
+        conn, transport = connection()
+        conn.data_received(post(b"hit") + b"NOT HTTP AT ALL\r\n\r\n")
+        await turns()
+        calls = [call for call, _ in transport.calls]
+        assert calls[-1] == "write_eof"
+        sent = b"".join(transport.writes())
+        assert sent.index(ANSWER) < sent.index(b"HTTP/1.1 400")
+
+    run(loop_factory, main())
+
+
+def test_a_peer_gone_before_the_flush_is_sent_nothing_and_abort_drops_what_is_held() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        batch = WriteBatch(loop)
+        gone, aborted, kept = RecordingTransport(), RecordingTransport(), RecordingTransport()
+        views = [BatchedTransport(t, batch) for t in (gone, aborted, kept)]  # type: ignore[arg-type]
+        buffer = bytearray(b"first")
+        for view in views:
+            view.write(buffer)
+        buffer[:] = b"XXXXX"  # the writer reuses its buffer: what was written stays
+        views[2].write(b"")  # nothing to send is not a write
+        views[2].write(b" second")
+        gone.closing = True
+        views[1].abort()
+        assert views[2].get_write_buffer_size() == len(b"first second")
+        await turns()
+        assert gone.calls == []
+        assert aborted.calls == [("abort", b"")]
+        assert kept.calls == [("write", b"first second")]
+        assert views[2].get_write_buffer_size() == 0
+
+    asyncio.run(main())
+
+
+def test_close_sends_what_is_held_then_closes() -> None:
+    async def main() -> None:
+        transport = RecordingTransport()
+        view = BatchedTransport(transport, WriteBatch(asyncio.get_running_loop()))  # type: ignore[arg-type]
+        view.write(b"answer")
+        view.close()
+        assert transport.calls == [("write", b"answer"), ("close", b"")]
+        await turns()  # the batch's flush finds nothing left
+        assert transport.calls == [("write", b"answer"), ("close", b"")]
+
+    asyncio.run(main())
