@@ -151,12 +151,9 @@ class Metrics:
             ["backend"],
             registry=r,
         )
-        self.cache_lookups = Counter(
-            f"{PREFIX}_cache_lookups",
-            "Cache lookups by result: hit, negative_hit, miss, stale_served.",
-            ["backend", "result"],
-            registry=r,
-        )
+        #: authn_gateway_cache_lookups_total.
+        self.cache_lookups = LookupTally()
+        r.register(self.cache_lookups)
         self.cache_entries = Gauge(
             f"{PREFIX}_cache_entries", "Entries in the in-process review cache.", registry=r
         )
@@ -389,16 +386,16 @@ class Metrics:
         return child
 
     def cache(self, backend: str, result: str) -> None:
-        self._child(self.cache_lookups, backend, result).inc()
+        self.cache_lookups.count(backend, result).inc()
 
     def stale_served(self, backend: str, age: float) -> None:
-        self._child(self.cache_lookups, backend, "stale_served").inc()
+        self.cache_lookups.count(backend, "stale_served").inc()
         self._child(self.stale_answers, backend).inc()
         self._child(self.stale_age, backend).observe(age)
 
-    def cache_counter(self, backend: str, result: str) -> Any:
-        """The counter child for one backend and result, to keep and increment."""
-        return self._child(self.cache_lookups, backend, result)
+    def cache_counter(self, backend: str, result: str) -> Count:
+        """The lookup count for one backend and result, to keep and increment."""
+        return self.cache_lookups.count(backend, result)
 
     def backend_call(self, backend: str, outcome: str, seconds: float) -> None:
         self._child(self.backend_calls, backend, outcome).inc()
@@ -524,6 +521,45 @@ class ReviewTally(Collector):
                 buckets.append((bound, cumulative))
             latency.add_metric([answer], buckets, snapshot[-1])
         yield latency
+
+
+class Count:
+    """One plain integer count; ``inc()`` as a prometheus_client child's, without its lock."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+
+class LookupTally(Collector):
+    """Cache lookups by backend and result as plain integers, sampled at scrape time:
+    a lookup runs on every review, and a prometheus_client child's ``inc()`` takes a
+    lock (as :class:`ReviewTally`). Only the event loop writes."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], Count] = {}
+
+    def count(self, backend: str, result: str) -> Count:
+        """The count for one backend and result; the same object for the process's life
+        (a reload's new layers keep counting where the old ones were)."""
+        found = self._counts.get((backend, result))
+        if found is None:
+            found = self._counts[(backend, result)] = Count()
+        return found
+
+    def collect(self) -> Iterator[Metric]:
+        lookups = CounterMetricFamily(
+            f"{PREFIX}_cache_lookups",
+            "Cache lookups by result: hit, negative_hit, miss, stale_served.",
+            labels=["backend", "result"],
+        )
+        for labels, count in list(self._counts.items()):
+            lookups.add_metric(list(labels), count.value)
+        yield lookups
 
 
 class BackendCollectors(Collector):
