@@ -215,3 +215,20 @@ def test_close_sends_what_is_held_then_closes() -> None:
         assert transport.calls == [("write", b"answer"), ("close", b"")]
 
     asyncio.run(main())
+
+
+def test_a_transport_failing_at_the_flush_is_aborted_and_the_others_still_get_theirs() -> None:
+    class Broken(RecordingTransport):
+        def write(self, data: bytes) -> None:
+            raise RuntimeError("unable to perform operation: the handler is closed")
+
+    async def main() -> None:
+        batch = WriteBatch(asyncio.get_running_loop())
+        broken, fine = Broken(), RecordingTransport()
+        for transport in (broken, fine):
+            BatchedTransport(transport, batch).write(b"answer")  # type: ignore[arg-type]
+        await turns()
+        assert broken.calls == [("abort", b"")]
+        assert fine.calls == [("write", b"answer")]
+
+    asyncio.run(main())

@@ -37,7 +37,12 @@ class WriteBatch:
     def flush(self) -> None:
         due, self._due = self._due, []
         for transport in due:
-            transport.flush()
+            try:
+                transport.flush()
+            except (RuntimeError, OSError):
+                # A transport closed under us (uvloop raises RuntimeError for a closed
+                # handle): that connection is over, and the others still get theirs.
+                transport.abort()
 
 
 _batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WriteBatch] = (
