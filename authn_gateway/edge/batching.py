@@ -21,6 +21,10 @@ import asyncio
 import weakref
 from typing import Any
 
+# Held bytes that are sent at once, without waiting for the turn to end: asyncio's
+# default high-water mark, where a transport starts pushing back on its writer.
+FLUSH_AT = 64 * 1024
+
 
 class WriteBatch:
     """The connections of one event loop that hold writes, flushed together."""
@@ -66,6 +70,7 @@ class BatchedTransport:
         self._transport = transport
         self._batch = batch
         self._held: list[bytes] = []
+        self._held_bytes = 0
         # Called on every request: bound here, not looked up through __getattr__.
         self.is_closing = transport.is_closing
         self.get_extra_info = transport.get_extra_info
@@ -79,6 +84,11 @@ class BatchedTransport:
             self._batch.add(self)
         # A copy of anything mutable: the writer may reuse its buffer before the flush.
         self._held.append(data if isinstance(data, bytes) else bytes(data))
+        self._held_bytes += len(data)
+        if self._held_bytes >= FLUSH_AT:
+            # Many answers in one read (a client pipelining cached reviews): sent now, so
+            # the transport's own back-pressure (pause_writing) sees them as before.
+            self.flush()
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -88,13 +98,13 @@ class BatchedTransport:
         held = self._held
         if not held:
             return
-        self._held = []
+        self._held, self._held_bytes = [], 0
         if self._transport.is_closing():
             return  # the peer is gone: nothing to deliver
         self._transport.write(held[0] if len(held) == 1 else b"".join(held))
 
     def get_write_buffer_size(self) -> int:
-        return sum(map(len, self._held)) + self._transport.get_write_buffer_size()
+        return self._held_bytes + self._transport.get_write_buffer_size()
 
     def write_eof(self) -> None:
         self.flush()
@@ -105,7 +115,7 @@ class BatchedTransport:
         self._transport.close()
 
     def abort(self) -> None:
-        self._held = []
+        self._held, self._held_bytes = [], 0
         self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:
