@@ -4,13 +4,13 @@
 Every answer written at once costs a ``send()``, and on loopback (an API server beside
 its webhook, and the benchmark rig) a ``send()`` also runs the receiver's side of TCP
 and wakes the receiving process, on our core. A client faster than us sleeps between
-our answers, so each answer paid for a wake-up: 21 % of the CPU of a cache-hit load
-went there (docs/decisions.md, issue 19). Held until the loop has run every read that
-was ready, the answers of one turn go out back to back: the client is woken by the
-first and finds the others when it looks, and pipelined answers on one connection go
-out in one ``send()``.
+our answers, so each answer paid for a wake-up: 21 % of the serving process's perf
+samples under a cache-hit load were there (docs/decisions.md, issue 19). Held until
+the loop has run every read that was ready, the answers of one turn go out back to
+back: the client is woken by the first and finds the others when it looks, and
+pipelined answers on one connection go out in one ``send()``.
 
-Nothing waits for a timer: the flush is the first callback of the loop's next pass.
+Nothing waits for a timer: the flush is a callback queued for the loop's next pass.
 Order on a connection is kept, since every write to it goes through here, and anything
 that ends or reshapes its stream (close, half-close, abort) sends what is held first.
 """
@@ -119,5 +119,5 @@ class BatchedTransport:
         self._transport.abort()
 
     def __getattr__(self, name: str) -> Any:
-        # is_closing, get_extra_info, pause_reading, can_write_eof, ...: as they are.
+        # can_write_eof, set_protocol, get_protocol, ...: as they are.
         return getattr(self._transport, name)
