@@ -587,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
             f"one worker's {one.server_cores:.2f}: per core the servers used, 2 workers "
             f"answer {two.per_server_core / one.per_server_core:.2f} x one worker's"
         )
+        # What perfect scaling could show here: the cores wrk leaves to the servers.
+        cores = os.cpu_count() or 2
+        print(
+            f"at perfect scaling on the {cores - two.wrk_cores:.2f} cores wrk leaves them, "
+            f"2 workers could answer {(cores - two.wrk_cores) / one.server_cores:.2f} x one "
+            "worker's on this machine"
+        )
     mem = memory_per_entry(args.entries)
     print(
         f"\nmemory at {mem['entries']:,} cached identities: "

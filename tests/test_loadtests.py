@@ -361,6 +361,7 @@ def test_the_benchmark_runs_as_documented(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "against issue 19's targets" in result.stdout
     assert "2 workers used " in result.stdout
+    assert "at perfect scaling on the " in result.stdout
     doc = json.loads(out.read_text())
     names = [r["name"] for r in doc["throughput"]]
     assert names == [
