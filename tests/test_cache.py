@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import orjson
 import pytest
 
@@ -156,9 +159,16 @@ def test_cache_keys_depend_on_backend_token_audiences_and_secret() -> None:
 
 @pytest.mark.parametrize("token", ["q", "a-much-longer-token-value"])
 def test_token_id_is_a_short_hash_not_the_token(token: str) -> None:
-    token_id = TokenHasher(b"s").token_id(token)
+    hasher = TokenHasher(b"s")
+    token_id = hasher.token_id(token)
     assert len(token_id) == 12
     assert token not in token_id
+    # The same id on every call and in every release (operators deny and evict by it):
+    # keyed BLAKE2b under the log key, however it is computed.
+    log_key = hmac.new(b"s", b"log-id", hashlib.sha256).digest()
+    assert token_id == hashlib.blake2b(token.encode(), key=log_key, digest_size=6).hexdigest()
+    assert hasher.token_id(token) == token_id
+    assert TokenHasher(b"other").token_id(token) != token_id
 
 
 # --- the shared tier's entry format (issue 18: one added field, "l") ---------------------
