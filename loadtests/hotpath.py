@@ -157,21 +157,19 @@ async def http_us(app: Any, protocol: type[HttpToolsProtocol], calls: int = N) -
     conns = [connection(app, protocol) for _ in range(PER_TURN)]
 
     async def turn() -> None:
+        wants = [transport.answers + 1 for _, transport in conns]
         for conn, _ in conns:
             conn.data_received(REQUEST)
-        for _, transport in conns:
-            while transport.answers < answered + 1:
+        for (_, transport), want in zip(conns, wants, strict=True):
+            while transport.answers < want:
                 await asyncio.sleep(0)
 
-    answered = 0
     await turn()
-    answered = 1
     turns, best = max(1, calls // PER_TURN), float("inf")
     for _ in range(ROUNDS):
         started = time.process_time()
         for _ in range(turns):
             await turn()
-            answered += 1
         best = min(best, (time.process_time() - started) / (turns * PER_TURN) * 1e6)
     for conn, _ in conns:
         conn.connection_lost(None)
