@@ -365,54 +365,47 @@ def test_a_forced_state_older_than_30_minutes_alerts_forced_closed_included(
 
 
 def test_idp_saturated_fires_after_five_minutes_of_refusals_only(tmp_path: Path) -> None:
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(yaml.safe_dump({"groups": rule_groups()}))
     labels = {"backend": "idp", "namespace": "authn", "severity": "warning"}
     refused = {"backend": "idp", "reason": "queue_full", "namespace": "authn", "pod": "gw-0"}
-    tests = {
-        "rule_files": [str(rules_file)],
-        "evaluation_interval": "30s",
-        "tests": [
-            {
-                "interval": "30s",
-                # Refusals at 2/s for 12 minutes, then none.
-                "input_series": [
-                    {
-                        "series": _series("authn_gateway_concurrency_refusals_total", refused),
-                        "values": "0+60x24 1440x20",
-                    },
-                    {"series": f'up{{job="{JOB}"}}', "values": "1x44"},
-                    {
-                        "series": 'authn_gateway_reviews_total{answer="authenticated"}',
-                        "values": "0+10x44",
-                    },
-                ],
-                "alert_rule_test": [
-                    {"eval_time": "4m", "alertname": "AuthnGatewayIdPSaturated", "exp_alerts": []},
-                    {
-                        "eval_time": "11m",
-                        "alertname": "AuthnGatewayIdPSaturated",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": labels,
-                                "exp_annotations": {
-                                    "summary": "The identity provider behind idp is saturated",
-                                    "description": "The gateway refuses 2 calls/s to idp because "
-                                    "its latency says it has no spare capacity. Cached users are "
-                                    "served stale; new tokens may get an error.",
-                                    "runbook": "docs/operations.md#authngatewayidpsaturated",
-                                },
-                            }
-                        ],
-                    },
-                    # Refusals stopped at 12m; the 5m rate is 0 by 18m.
-                    {"eval_time": "20m", "alertname": "AuthnGatewayIdPSaturated", "exp_alerts": []},
-                ],
-            }
-        ],
-    }
-    test_file = tmp_path / "tests.yaml"
-    test_file.write_text(yaml.safe_dump(tests))
+    tests = [
+        {
+            "interval": "30s",
+            # Refusals at 2/s for 12 minutes, then none.
+            "input_series": [
+                {
+                    "series": _series("authn_gateway_concurrency_refusals_total", refused),
+                    "values": "0+60x24 1440x20",
+                },
+                {"series": f'up{{job="{JOB}"}}', "values": "1x44"},
+                {
+                    "series": 'authn_gateway_reviews_total{answer="authenticated"}',
+                    "values": "0+10x44",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "AuthnGatewayIdPSaturated", "exp_alerts": []},
+                {
+                    "eval_time": "11m",
+                    "alertname": "AuthnGatewayIdPSaturated",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": labels,
+                            "exp_annotations": {
+                                "summary": "The identity provider behind idp is saturated",
+                                "description": "The gateway refuses 2 calls/s to idp because "
+                                "its latency says it has no spare capacity. Cached users are "
+                                "served stale; new tokens may get an error.",
+                                "runbook": "docs/operations.md#authngatewayidpsaturated",
+                            },
+                        }
+                    ],
+                },
+                # Refusals stopped at 12m; the 5m rate is 0 by 18m.
+                {"eval_time": "20m", "alertname": "AuthnGatewayIdPSaturated", "exp_alerts": []},
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, tests, interval="30s")
 
 
 def _promtool_test(tmp_path: Path, tests: list[dict[str, Any]], interval: str = "15s") -> None:
