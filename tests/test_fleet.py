@@ -150,7 +150,7 @@ async def test_stopping_redis_mid_storm_fails_no_review_and_sharing_resumes(
     redis_server.stop()
     answers = await during
     answers += await storm_all()  # entirely without Redis
-    assert all(a.status == 200 and a.review["authenticated"] for a in answers)
+    loadclient.assert_all(answers, 200, authenticated=True)
     # Cold tokens still work, each replica on its own. Its local bucket starts empty at
     # the switch and refills at R/expected_replicas (issue 14), so a cold review in the
     # first few milliseconds of local mode may be held back, and only by the bucket.

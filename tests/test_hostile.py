@@ -84,7 +84,7 @@ def breaker_state(gw: GatewayProcess, backend: str) -> str:
 
 async def storm(gw: GatewayProcess, tokens: list[str]) -> list[dict[str, Any]]:
     answers = await loadclient.storm(gw.url, tokens, 20)
-    assert all(a.status == 200 for a in answers)
+    loadclient.assert_all(answers, 200)
     return [a.review for a in answers]
 
 
@@ -239,7 +239,7 @@ async def test_one_user_minting_token_after_token_pushes_out_only_their_own(
         assert status(gw, f"good-{user}")["authenticated"] is True
     # A few at a time: every one of them is a new identity (none saturates the IdP).
     answers = await loadclient.storm(gw.url, [f"good-mallory~{i}" for i in range(200)], 4)
-    assert all(a.status == 200 and a.review["authenticated"] for a in answers)
+    loadclient.assert_all(answers, 200, authenticated=True)
     assert {a.review["user"]["username"] for a in answers} == {"mallory"}
     assert metric(gw, "authn_gateway_cache_user_capped_total") == 195
     # The other known user is still cached: answered with the IdP down, without a call.

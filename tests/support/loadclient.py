@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,3 +102,20 @@ async def storm(
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(tokens)))))
     return [a for a in answers if a is not None]
+
+
+def assert_all(answers: list[Answer], status: int = 200, authenticated: bool | None = None) -> None:
+    """Every answer has ``status`` (and, if given, that ``authenticated``); on failure the
+    message shows what came back instead, counted, with the first odd answers' bodies."""
+    odd = [
+        a
+        for a in answers
+        if a.status != status
+        or (authenticated is not None and a.review.get("authenticated") is not authenticated)
+    ]
+    seen = Counter((a.status, a.review.get("authenticated")) for a in answers)
+    assert not odd, (
+        f"{len(odd)} of {len(answers)} answers were not {status} "
+        f"(authenticated={authenticated}); seen (status, authenticated): {dict(seen)}; "
+        f"first: {[(a.status, a.body) for a in odd[:3]]}"
+    )
