@@ -30,6 +30,7 @@ from .callerauth import CERT_NAMES_KEY
 from .config import ConfigError, GatewayConfig
 from .edge import EdgeLimits, GatewayHttpProtocol
 from .edge.metrics import EdgeCollector
+from .edge.pinned import TESTED_UVICORN_MINORS, untested_uvicorn
 from .gateway import Gateway
 from .logsetup import configure_logging
 from .reloader import Reloader
@@ -192,6 +193,14 @@ def _warn_if_open(config: GatewayConfig) -> None:
         )
     if s.caller_tokens and s.tls is None:
         log.warning("server.caller_tokens over plain HTTP: the tokens cross the network in clear")
+    untested = untested_uvicorn()
+    if untested is not None:
+        log.warning(
+            "uvicorn %s is not a release the HTTP edge is tested with (%s): "
+            "install the version pyproject.toml pins",
+            untested,
+            ", ".join(f"{m}.x" for m in TESTED_UVICORN_MINORS),
+        )
 
 
 async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0) -> None:
