@@ -322,7 +322,8 @@ class RedisSettings(Strict):
     # about half the client CPU of 500 cache writes a second (docs/decisions.md).
     write_back_per_second: int = Field(default=500, ge=1, le=100_000)
     # How often each replica counts the identities in Redis
-    # (authn_gateway_shared_cache_identities).
+    # (authn_gateway_shared_cache_identities). An emptied Redis is noticed apart from
+    # this, every second (cache/repair.py).
     count_shared_seconds: PositiveFloat = 15.0
 
     @model_validator(mode="after")

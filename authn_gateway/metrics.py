@@ -251,7 +251,8 @@ class Metrics:
         self.cache_written_back = Counter(
             f"{PREFIX}_cache_written_back",
             "Live local identities written back to Redis when sharing resumed, by result "
-            "(written; kept: Redis already held an entry for that key).",
+            "(written; kept: Redis already held an entry for that key; repaired: one that a "
+            "review found missing in Redis, written back at once).",
             ["result"],
             registry=r,
         )

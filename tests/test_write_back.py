@@ -203,3 +203,33 @@ def test_the_shared_cache_cost_measurement_runs_as_documented() -> None:
     assert "300 identities in Redis" in result.stdout
     assert "write-back of 300" in result.stdout
     assert "one previous secret" in result.stdout
+
+
+def test_a_pod_restarted_soon_after_a_flushall_during_an_outage_serves_known_users(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    # Issue 32: 2 replicas, 5 warm users, FLUSHALL, the IdP refusing connections, one pod
+    # restarted a little later: it served 0 of 5 while the shared cache stayed empty
+    # until each replica's next count (count_shared_seconds, 15 s by default, kept
+    # here). The epoch marker, read every second, has the others write back first.
+    settings = config(fake_idp, redis_server)
+    settings["redis"]["count_shared_seconds"] = 15
+    # Fresh throughout: the warm replicas never read Redis for these users, so only the
+    # epoch check (not a read-repair) can notice the loss.
+    settings["cache"]["positive_ttl_seconds"] = 300
+    a, b = gateway_factory(settings, name="a"), gateway_factory(settings, name="b")
+    known = users("w", 5)
+    for token in known:
+        authenticated(a, token)
+        authenticated(b, token)
+    assert fake_idp.calls == 5
+    time.sleep(1.5)  # both have read the marker once
+    redis.Redis.from_url(redis_server.url).flushall()
+    fake_idp.configure(refuse=True)
+    time.sleep(2.5)  # the restart comes well inside the old 15 s window
+    b.stop()
+    c = gateway_factory(settings, name="c")
+    served = [t for t in known if c.review(t).json()["status"].get("authenticated")]
+    assert served == known, f"served {len(served)}/{len(known)} after the restart"
+    assert "the shared cache was emptied" in a.wait_for_log("shared cache was emptied")
+    assert metric(a, "authn_gateway_redis_mode_changes_total", to="local") == 0

@@ -23,21 +23,17 @@ wrote. Only then (a shared-tier miss, and only while ``previous_secrets`` is set
 looks under each previous secret's key; an entry found there answers and is written
 again under the current key, so each known user costs that extra read once.
 
-Redis may come back empty (FLUSHALL, a memory-only restart). When sharing resumes, each
-replica writes its live local identities back (:meth:`TieredCacheStore.write_back`):
-``redis.write_back_per_second`` at most, most recently used first, with their remaining
-lifetimes, and never over an entry Redis already holds (SET NX). The identities in
-Redis are counted through a sorted set of their keys scored by expiry
-(``authn_gateway_shared_cache_identities``; docs/decisions.md).
+Redis may lose entries (FLUSHALL, a memory-only restart, maxmemory). What it lost is
+written back from the replicas' local tiers: all of it when sharing resumes or the
+epoch marker changes, one identity when a read finds it missing (read-repair); see
+:mod:`.repair`. The identities in Redis are counted through a sorted set of their keys
+scored by expiry (``authn_gateway_shared_cache_identities``; docs/decisions.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -52,18 +48,14 @@ from ..metrics import Metrics
 from ..redis_link import RedisLink
 from ..revocation.subject import Subject
 from ..sealing import document_fields, document_key_id, seal_document, unseal_document
-from ..tasks import STOP_PATIENCE, cancel_and_wait
 from .memory import MemoryStore
 from .policy import CacheEntry, PreviousKeys
+from .repair import SharedTierRepair
 
 log = logging.getLogger(__name__)
 
 # Refusals live at most this long in Redis, and their write budget renews this often.
 NEGATIVE_WINDOW_SECONDS = 60.0
-# Write-back batches per second (each one pipeline): rate / this entries in each, at
-# most WRITE_BACK_MAX_BATCH (~8 commands each), well within a Redis call's deadline.
-WRITE_BACK_BATCHES_PER_SECOND = 10
-WRITE_BACK_MAX_BATCH = 200
 
 
 class EntryCodec:
@@ -150,18 +142,19 @@ class TieredCacheStore:
         self._metrics = metrics
         self._clock = clock
         self._reads: SingleFlight[CacheEntry | None] = SingleFlight()
-        self._write_back_rate = write_back_per_second
-        self._count_every = count_every_seconds
-        self._live = link.key("cache-live")
-        # Set once in an empty Redis; see count_shared.
-        self._epoch_key = link.key("cache-epoch")
-        self._epoch: bytes | None = None
-        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._repair = SharedTierRepair(
+            local,
+            link,
+            self._write,
+            self._redis_key,
+            metrics,
+            clock,
+            per_second=write_back_per_second,
+            count_every_seconds=count_every_seconds,
+        )
+        self._live = self._repair.live_key
         self._previous_found = metrics.cache_previous_key_lookups.labels("found")
         self._previous_missing = metrics.cache_previous_key_lookups.labels("missing")
-        self._written_back = metrics.cache_written_back.labels("written")
-        self._kept = metrics.cache_written_back.labels("kept")
-        link.on_resume(self._resumed)
 
     def __len__(self) -> int:
         return len(self._local)
@@ -180,6 +173,10 @@ class TieredCacheStore:
         remote = await self.get_shared(key)
         if remote is None and previous is not None and self._link.shared:
             remote = await self._get_previous(key, previous(), now)
+        if remote is None and entry is not None:
+            # A live identity here that Redis lost (FLUSHALL, maxmemory): put it back now,
+            # so a pod that starts during an IdP outage finds it (repair.py).
+            self._repair.missing(key, entry)
         if remote is None or remote.kept_until <= now:
             return entry
         if entry is None or remote.fresh_until > entry.fresh_until:
@@ -311,97 +308,19 @@ class TieredCacheStore:
         count = await self._link.best_effort("cache_negative_budget", take)
         return count is not None and count <= self._max_negative
 
-    # ---- Redis came back: write back what this replica knows; count what Redis holds ----
-
-    def _resumed(self) -> None:
-        # Whatever Redis lost while it was away (maybe everything) is written back.
-        self._spawn("write_back", self.write_back())
-
-    def _spawn(self, name: str, coro: Any) -> None:
-        running = self._tasks.get(name)
-        if running is not None:
-            running.cancel()  # a write-back from an earlier episode: start over
-        self._tasks[name] = asyncio.get_running_loop().create_task(coro)
+    # ---- what Redis lost: write-back, read-repair, the epoch marker (repair.py) ----
 
     async def write_back(self) -> int:
-        """Write this replica's live local identities to Redis, where none is stored under
-        their keys; stops when Redis fails again. The number written."""
-        rate = self._write_back_rate
-        batch = min(WRITE_BACK_MAX_BATCH, max(1, rate // WRITE_BACK_BATCHES_PER_SECOND))
-        identities = self._local.live_identities(self._clock)
-        written = kept = 0
-        while chunk := list(itertools.islice(identities, batch)):
-            write = functools.partial(self._write, items=chunk, now=self._clock(), nx=True)
-            done = await self._link.best_effort("cache_write_back", write)
-            if done is None:
-                log.warning(
-                    "redis: failed again during the write-back of local identities "
-                    "(%d written); the rest stay local until it answers",
-                    written,
-                )
-                return written
-            added = sum(done)
-            written, kept = written + added, kept + len(chunk) - added
-            self._written_back.inc(added)
-            self._kept.inc(len(chunk) - added)
-            await asyncio.sleep(len(chunk) / rate)
-        log.info(
-            "redis: sharing resumed; wrote back %d live local identities "
-            "(%d were in Redis already)",
-            written,
-            kept,
-        )
-        await self.count_shared(notice_emptied=False)
-        return written
+        return await self._repair.write_back()
 
     async def count_shared(self, notice_emptied: bool = True) -> int | None:
-        """Identities in Redis under this prefix (expired ones dropped from the count
-        first), exported as a gauge; None while Redis is down.
-
-        Also notices a Redis that lost its data without this replica seeing an error
-        (FLUSHALL, or a restart between two calls): a marker key with a random value,
-        set once, that only goes when everything goes. A new value: write back."""
-        now_ms = int(self._clock() * 1000)
-        epoch = os.urandom(8).hex().encode()
-
-        async def count(r: Any) -> tuple[int, bytes | None]:
-            pipe = r.pipeline(transaction=False)
-            pipe.zremrangebyscore(self._live, "-inf", now_ms)
-            pipe.zcard(self._live)
-            pipe.set(self._epoch_key, epoch, nx=True)
-            pipe.get(self._epoch_key)
-            _, n, _, seen = await pipe.execute()
-            return int(n), seen
-
-        counted = await self._link.best_effort("cache_count", count)
-        if counted is None:
-            return None
-        n, seen = counted
-        self._metrics.shared_cache_identities.set(n)
-        if notice_emptied and self._epoch is not None and seen != self._epoch:
-            running = self._tasks.get("write_back")
-            if running is None or running.done():
-                log.warning(
-                    "redis: the shared cache was emptied (FLUSHALL, or a restart without "
-                    "persistence); writing back live local identities"
-                )
-                self._spawn("write_back", self.write_back())
-        self._epoch = seen
-        return n
-
-    async def _count_forever(self) -> None:
-        while True:
-            await self.count_shared()
-            await asyncio.sleep(self._count_every)
+        return await self._repair.count_shared(notice_emptied)
 
     def start(self) -> None:
-        self._spawn("count", self._count_forever())
+        self._repair.start()
 
     async def close(self) -> None:
-        for name, task in list(self._tasks.items()):
-            if not await cancel_and_wait(task, STOP_PATIENCE):
-                log.warning("shared cache: the %s task did not stop; left behind", name)
-        self._tasks.clear()
+        await self._repair.close()
 
     # ---- evictions ----
 
