@@ -22,8 +22,12 @@ class CallerAuth:
     def __init__(self, settings: ServerSettings) -> None:
         self.required = settings.callers_must_authenticate
         self.allowed_subjects = frozenset(settings.allowed_subjects)
+        # The config refuses empty tokens; one that got here some other way is dropped
+        # (its caller cannot authenticate) rather than compared.
         self.tokens = [
-            (t.name, t.token.get_secret_value().encode()) for t in settings.caller_tokens
+            (t.name, t.token.get_secret_value().strip().encode())
+            for t in settings.caller_tokens
+            if t.token.get_secret_value().strip()
         ]
 
     def identify(self, cert_names: Sequence[str], authorization: bytes | None) -> str | None:
@@ -42,10 +46,9 @@ class CallerAuth:
         return None
 
     def _token_owner(self, authorization: bytes) -> str | None:
-        scheme, _, given = authorization.strip().partition(b" ")
-        if scheme.lower() != b"bearer":
+        given = bearer_token(authorization)
+        if given is None:
             return None
-        given = given.strip()
         owner = None
         # Compare against every token, without stopping early, so the time taken says
         # nothing about which token (or how much of one) matched.
@@ -53,3 +56,14 @@ class CallerAuth:
             if hmac.compare_digest(given, expected) and owner is None:
                 owner = name
         return owner
+
+
+def bearer_token(authorization: bytes) -> bytes | None:
+    """The token of ``Bearer <token>`` (scheme case-insensitive, RFC 6750), or None when
+    the scheme is another or the token is empty: an empty bearer matches nothing, even
+    if an empty secret ever reached a comparison."""
+    scheme, _, given = authorization.strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    given = given.strip()
+    return given or None

@@ -8,9 +8,7 @@ whose lines name the file and the field, e.g.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
-import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -22,6 +20,8 @@ from redis.connection import parse_url
 from backends import load_builtin
 from backends.registry import settings_types, type_names
 from backends.settings import BackendSettings, CacheSettings, PositiveFloat, Rate, Secret, Strict
+
+from .secret_strength import StrongSecret, secret_weakness
 
 # Every backend type registers itself (backends.registry); the union follows.
 load_builtin()
@@ -35,37 +35,8 @@ EMBEDDED_DEFAULT = "default.yaml"
 SECRET_ENV = "AUTHN_GATEWAY_SECRET"
 
 
-MIN_SECRET_BITS = 256
 # Each one costs a Redis read per shared-tier miss while it is set.
 MAX_PREVIOUS_SECRETS = 3
-_PLACEHOLDER = re.compile(r"replace|change.?me|example|placeholder", re.IGNORECASE)
-
-
-def secret_bits(value: str) -> float:
-    """A conservative estimate of the entropy of a random-looking secret, in bits:
-    hex counts 4 bits a character, base64 6, other printable text log2(94)."""
-    text = value.rstrip("=")
-    if re.fullmatch(r"[0-9a-fA-F]+", text):
-        per_char = 4.0
-    elif re.fullmatch(r"[A-Za-z0-9+/_-]+", text):
-        per_char = 6.0
-    else:
-        per_char = math.log2(94)
-    return len(text) * per_char
-
-
-def secret_weakness(value: str) -> str | None:
-    """Why ``value`` is too weak for a fleet secret, never quoting it; None if it is not."""
-    advice = "use 32 random bytes, e.g. head -c 32 /dev/urandom | base64"
-    if _PLACEHOLDER.search(value):
-        return f"looks like a placeholder, not a generated secret; {advice}"
-    bits = secret_bits(value)
-    if bits < MIN_SECRET_BITS or len(set(value)) < 10:
-        return (
-            f"too weak for fleet mode ({len(value)} characters, at most ~{bits:.0f} bits of "
-            f"entropy, {MIN_SECRET_BITS} needed); {advice}"
-        )
-    return None
 
 
 class ConfigError(Exception):
@@ -95,7 +66,8 @@ class CallerToken(Strict):
 
     # Names the caller in logs, the audit log and the per-caller limit.
     name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][\w.:-]*$")]
-    token: Secret
+    # Generated, like the gateway secret: 32 random bytes (secret_strength.py).
+    token: StrongSecret
 
 
 class OpsListenerSettings(Strict):
@@ -233,7 +205,8 @@ class AdminSettings(Strict):
 
     enabled: bool = False
     # Callers must send "Authorization: Bearer <token>". Not read while disabled.
-    token: Secret | None = None
+    # Generated, like the gateway secret: 32 random bytes (secret_strength.py).
+    token: StrongSecret | None = None
     # A breaker override (force-open / force-closed) lasts this long unless the call
     # says otherwise ("seconds"); repeating the call renews it. At most max seconds.
     override_default_seconds: int = Field(default=3600, ge=1)
@@ -349,10 +322,12 @@ class RedisSettings(Strict):
 
 class GatewayConfig(Strict):
     # HMAC key for cache keys and token hash prefixes. Random per process when unset.
-    secret: Secret | None = None
+    secret: StrongSecret | None = None
     # Secrets being rotated: accepted when reading shared entries, never written with
     # (docs/operations.md, "Rotate the gateway secret").
-    previous_secrets: list[Secret] = Field(default_factory=list, max_length=MAX_PREVIOUS_SECRETS)
+    previous_secrets: list[StrongSecret] = Field(
+        default_factory=list, max_length=MAX_PREVIOUS_SECRETS
+    )
     server: ServerSettings = Field(default_factory=ServerSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     # Audiences this gateway's tokens are valid for (a backend may override).
@@ -372,34 +347,31 @@ class GatewayConfig(Strict):
     backends: list[BackendConfig] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _previous_secrets_are_secrets(self) -> GatewayConfig:
-        if not self.previous_secrets:
-            return self
-        if self.secret is None and not os.environ.get(SECRET_ENV):
-            raise ValueError(f"previous_secrets: needs secret (or {SECRET_ENV}) to be set")
-        for i, previous in enumerate(self.previous_secrets):
-            # As strong as the secret itself: each one can sign an entry that is read.
-            weakness = secret_weakness(previous.get_secret_value())
+    def _secret_from_the_environment(self) -> GatewayConfig:
+        # The secret itself, its previous secrets and every caller or admin token are
+        # StrongSecret fields; this is the one that can also come from SECRET_ENV.
+        if self.secret is None and SECRET_ENV in os.environ:
+            weakness = secret_weakness(os.environ[SECRET_ENV])
             if weakness:
-                raise ValueError(f"previous_secrets[{i}]: {weakness}")
+                # The secret keys the token ids in the logs (a weak one lets whoever reads
+                # them test guessed LDAP passwords offline) and, with Redis, is all that
+                # stops anyone who can write to Redis from planting identities.
+                raise ValueError(f"secret (from {SECRET_ENV}): {weakness}")
+        return self
+
+    @model_validator(mode="after")
+    def _previous_secrets_need_a_secret(self) -> GatewayConfig:
+        if self.previous_secrets and self.secret is None and SECRET_ENV not in os.environ:
+            raise ValueError(f"previous_secrets: needs secret (or {SECRET_ENV}) to be set")
         return self
 
     @model_validator(mode="after")
     def _fleet_needs_a_shared_secret(self) -> GatewayConfig:
-        if self.redis is None:
-            return self
-        if self.secret is None and not os.environ.get(SECRET_ENV):
+        if self.redis is not None and self.secret is None and SECRET_ENV not in os.environ:
             raise ValueError(
                 f"secret: required when redis is configured: every replica must use the "
                 f"same secret for cache keys and entry signatures (or set {SECRET_ENV})"
             )
-        where = "secret" if self.secret is not None else f"secret (from {SECRET_ENV})"
-        value = self.secret.get_secret_value() if self.secret else os.environ[SECRET_ENV]
-        weakness = secret_weakness(value)
-        if weakness:
-            # The secret is all that stops anyone who can write to Redis from planting
-            # identities: fleet mode refuses guessable ones.
-            raise ValueError(f"{where}: {weakness}")
         return self
 
     @model_validator(mode="after")

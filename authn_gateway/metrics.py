@@ -371,6 +371,16 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self.admin_auth_failures = Counter(
+            f"{PREFIX}_admin_auth_failures",
+            "Admin API requests refused for their credentials, by reason (missing: no "
+            "bearer token; wrong: a token that is not the admin token; throttled: "
+            "refused unchecked after too many failures, see docs/operations.md).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("missing", "wrong", "throttled"):
+            self.admin_auth_failures.labels(reason)
         r.register(LogSinkCollector())
         #: Backends' own metrics (the jwt backend's key fetches).
         self.backend_collectors = BackendCollectors()

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import hmac
 import time
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,12 +12,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from .admin_auth import AdminGuard
 from .audit import AuditLog
 from .breaker.machine import CallGate
 from .breaker.override import Override, replica_view
 from .gateway import Gateway
 from .redis_link import REPLICA_ID
-from .revocation_api import BadRequest, json_object, operator_name, revocation_routes
+from .revocation_api import BadRequest, Refusal, json_object, operator_name, revocation_routes
 
 
 def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
@@ -52,26 +51,18 @@ def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
         Route("/metrics", metrics),
     ]
     if gateway.config.admin.enabled:
-        routes += admin_routes(gateway, audit_log)
-        routes += revocation_routes(gateway, admin_check(gateway), audit_log)
+        token = gateway.config.admin.token
+        assert token is not None  # the config requires it when enabled
+        guard = AdminGuard(token, gateway.metrics)
+        routes += admin_routes(gateway, guard.refusal, audit_log)
+        routes += revocation_routes(gateway, guard.refusal, audit_log)
     return Starlette(routes=routes)
 
 
-def admin_check(gateway: Gateway) -> Callable[[Request], bool]:
-    """Whether a request carries the admin token (compared in constant time)."""
-    token = gateway.config.admin.token
-    assert token is not None
-    expected = f"Bearer {token.get_secret_value()}".encode()
-
-    def allowed(request: Request) -> bool:
-        given = request.headers.get("authorization", "").encode()
-        return hmac.compare_digest(given, expected)
-
-    return allowed
-
-
-def admin_routes(gateway: Gateway, audit_log: AuditLog | None = None) -> list[Route]:
-    allowed = admin_check(gateway)
+def admin_routes(
+    gateway: Gateway, refusal: Refusal, audit_log: AuditLog | None = None
+) -> list[Route]:
+    """``refusal``: the admin token check (:class:`.admin_auth.AdminGuard`)."""
     overrides = gateway.stores.overrides()
     settings = gateway.config.admin
     stored_in = "redis" if gateway.config.redis is not None else "memory"
@@ -84,8 +75,8 @@ def admin_routes(gateway: Gateway, audit_log: AuditLog | None = None) -> list[Ro
         }
 
     async def list_breakers(request: Request) -> Response:
-        if not allowed(request):
-            return _refuse(401, "unauthorized")
+        if (refused := refusal(request)) is not None:
+            return refused
         mine = gates()
         now = time.time()
         backends = {}
@@ -105,8 +96,8 @@ def admin_routes(gateway: Gateway, audit_log: AuditLog | None = None) -> list[Ro
         return JSONResponse(answer)
 
     async def set_breaker(request: Request) -> Response:
-        if not allowed(request):
-            return _refuse(401, "unauthorized")
+        if (refused := refusal(request)) is not None:
+            return refused
         name = request.path_params["backend"]
         gate = gates().get(name)
         if gate is None:

@@ -75,13 +75,16 @@ def _seconds(doc: dict[str, Any], limit: int) -> int:
     return seconds
 
 
+#: The admin token check: None to go on, else the answer (401, 429) to send.
+Refusal = Callable[[Request], Response | None]
+
 Handler = Callable[[Request, dict[str, Any], str], Awaitable[tuple[str, Subject | None, Any]]]
 
 
 def revocation_routes(
-    gateway: Gateway, allowed: Callable[[Request], bool], audit_log: AuditLog | None
+    gateway: Gateway, refusal: Refusal, audit_log: AuditLog | None
 ) -> list[Route]:
-    """``allowed``: the admin token check that guards /admin/breakers too."""
+    """``refusal``: the admin token check that guards /admin/breakers too."""
     revocations = gateway.revocations
     limit = gateway.config.deny_list.max_seconds
 
@@ -89,8 +92,8 @@ def revocation_routes(
         handler: Handler, reads_body: bool = True
     ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
-            if not allowed(request):
-                return _refuse(401, "unauthorized")
+            if (refused := refusal(request)) is not None:
+                return refused
             caller = request.client.host if request.client else "unknown"
             try:
                 doc = await _body(request) if reads_body else {}

@@ -42,21 +42,36 @@ class Strict(BaseModel):
 
 
 def _resolve_secret(value: Any) -> Any:
-    """``env:NAME`` reads an environment variable, ``file:PATH`` a file; else literal."""
-    if isinstance(value, SecretStr) or not isinstance(value, str):
+    """``env:NAME`` reads an environment variable, ``file:PATH`` a file; else literal.
+
+    Empty (or only whitespace) after that is refused, wherever the secret comes from: a
+    Secret key missing in a deployment gives an empty variable or file, and an empty
+    secret would let an empty credential match (a bearer with nothing after it, an LDAP
+    unauthenticated bind). The message names where it came from, never the value.
+    """
+    if isinstance(value, SecretStr):
+        where, resolved = "the value", value
+    elif not isinstance(value, str):
         return value
-    if value.startswith("env:"):
+    elif value.startswith("env:"):
         name = value[4:]
         if name not in os.environ:
             raise ValueError(f"environment variable {name} is not set")
-        return SecretStr(os.environ[name])
-    if value.startswith("file:"):
+        where, resolved = f"environment variable {name}", SecretStr(os.environ[name])
+    elif value.startswith("file:"):
         path = Path(value[5:])
         try:
-            return SecretStr(path.read_text().strip())
+            resolved = SecretStr(path.read_text().strip())
         except OSError as exc:
             raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
-    return SecretStr(value)
+        except UnicodeDecodeError:
+            raise ValueError(f"secret file {path} is not UTF-8 text") from None
+        where = f"secret file {path}"
+    else:
+        where, resolved = "the value", SecretStr(value)
+    if not resolved.get_secret_value().strip():
+        raise ValueError(f"must not be empty ({where} is empty or only whitespace)")
+    return resolved
 
 
 #: A secret given literally, as ``env:NAME`` or as ``file:/path``. Never printed.

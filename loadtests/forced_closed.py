@@ -27,7 +27,8 @@ from tests.support import loadclient
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import start_gateway
 
-ADMIN = "forced-closed-bench-admin"
+# A generated secret: at least 256 bits (authn_gateway/secret_strength.py).
+ADMIN = "forced-closed-bench-admin-Kq4Zp9Xw2Lm7Vt1Nc8Bh3Dy6Fs5Gj0"
 CALL_TIMEOUT = 4.0
 
 

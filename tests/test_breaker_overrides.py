@@ -25,7 +25,7 @@ from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer
 
 SECRET = "override-test-only-Lr5Xq9Wm2Tz7Kc4Nv8Bh1Dy6Fs3Gp0Ju"
-ADMIN_TOKEN = "override-admin-token"
+ADMIN_TOKEN = "override-admin-test-only-Kq4Zp9Xw2Lm7Vt1Nc8Bh3Dy6Fs5Gj0Ru"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 OPEN_ERROR = "idp: circuit breaker open"
 Start = Callable[..., GatewayProcess]
@@ -404,10 +404,11 @@ def test_overrides_need_the_admin_token(fake_idp: FakeIdP, gateway_factory: Star
     gw = gateway_factory(config(fake_idp))
     url = f"{gw.url}/admin/breakers"
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": ADMIN_TOKEN}):
-        assert httpx.get(url, headers=headers).status_code == 401
+        assert httpx.get(url, headers=headers).status_code in (401, 429)
         for action in ("force-open", "force-closed", "release"):
             response = httpx.post(f"{url}/idp/{action}", headers=headers)
-            assert response.status_code == 401
+            # Past 10 failures from one address: 429 unchecked (tests/test_admin_auth.py).
+            assert response.status_code in (401, 429), response.text
             assert ADMIN_TOKEN not in response.text
     assert state(gw) == "closed"
     assert error_of(gw, "good-alice") is None

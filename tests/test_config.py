@@ -33,7 +33,9 @@ def test_embedded_default_is_valid() -> None:
 
 def test_reference_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTHN_GATEWAY_SECRET", "test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV")
-    monkeypatch.setenv("AUTHN_GATEWAY_ADMIN_TOKEN", "a")
+    monkeypatch.setenv(
+        "AUTHN_GATEWAY_ADMIN_TOKEN", "test-only-Ad2Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV"
+    )
     monkeypatch.setenv("KEYSTONE_SERVICE_PASSWORD", "k")
     monkeypatch.setenv("INTROSPECTION_CLIENT_SECRET", "i")
     config = load_config(Path(__file__).parent.parent / "config" / "gateway.yaml")
@@ -101,15 +103,15 @@ def test_secret_from_missing_env_var_is_named() -> None:
 
 def test_secret_from_file_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secret_file = tmp_path / "secret"
-    secret_file.write_text("from-file\n")
+    secret_file.write_text(f"file-{STRONG}\n")
     config = parse_config(MINIMAL + f"secret: file:{secret_file}\n", "gw.yaml")
     assert config.secret is not None
-    assert config.secret.get_secret_value() == "from-file"
-    monkeypatch.setenv("GW_SECRET", "from-env")
+    assert config.secret.get_secret_value() == f"file-{STRONG}"
+    monkeypatch.setenv("GW_SECRET", f"env-{STRONG}")
     config = parse_config(MINIMAL + "secret: env:GW_SECRET\n", "gw.yaml")
     assert config.secret is not None
-    assert config.secret.get_secret_value() == "from-env"
-    assert "from-env" not in repr(config)
+    assert config.secret.get_secret_value() == f"env-{STRONG}"
+    assert STRONG not in repr(config)
 
 
 def test_rates_accept_limits_notation() -> None:

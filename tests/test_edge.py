@@ -24,7 +24,7 @@ STATIC = {
     "type": "static",
     "tokens": [{"token": "demo-admin-token", "username": "demo-admin", "uid": "1000"}],
 }
-CALLER_TOKEN = "caller-secret-0123456789abcdef"
+CALLER_TOKEN = "caller-test-only-Wq2Zp9Xk4Lm7Vt1Nc8Bh3Dy6Fs5Gj0RuE"
 REVIEW = json.dumps(review_body("demo-admin-token")).encode()
 
 

@@ -140,7 +140,7 @@ def keystone_backend(world: World, name: str = "keystone", **overrides: Any) -> 
 
 def gateway_config(*backends: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "secret": "test-secret",
+        "secret": "keystone-test-only-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fG",
         "review_deadline_seconds": 9.0,
         "logging": {"level": "info", "reviews": True},
         "backends": list(backends),

@@ -772,3 +772,45 @@ def test_stale_limit_alert_fires_at_half_of_max_stale_since_the_fleets_last_succ
         ],
         interval="1m",
     )
+
+
+def test_admin_auth_failures_alert_fires_under_guessing_not_for_a_typo(tmp_path: Path) -> None:
+    labels = {"namespace": "authn", "pod": "gw-0"}
+    series = {
+        reason: _series("authn_gateway_admin_auth_failures_total", {**labels, "reason": reason})
+        for reason in ("wrong", "throttled", "missing")
+    }
+    alert = "AuthnGatewayAdminAuthFailures"
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # Two typos at 5 and 6 minutes; a guesser from 20 minutes on: 10 checked,
+                # then refused unchecked at 100 a minute.
+                {"series": series["missing"], "values": "0x4 1 2x40"},
+                {"series": series["wrong"], "values": "0x19 10x25"},
+                {"series": series["throttled"], "values": "0x20 100+100x24"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "15m", "alertname": alert, "exp_alerts": []},  # two typos
+                {
+                    "eval_time": "22m",
+                    "alertname": alert,
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**labels, "severity": "warning"},
+                            "exp_annotations": {
+                                "summary": "gw-0 refused 210 admin API requests for their "
+                                "credentials in 10 minutes",
+                                "description": "Failed admin authentications (missing or "
+                                "wrong bearer token, or refused unchecked after too many): a "
+                                "client with an old token, or someone guessing it.",
+                                "runbook": "docs/operations.md#authngatewayadminauthfailures",
+                            },
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, tests, interval="1m")

@@ -19,6 +19,8 @@ from tests.support.procs import GatewayProcess, metric_value
 Start = Callable[..., GatewayProcess]
 # Seconds by which loopback and scheduling delays can shift an arrival at the fake IdP.
 JITTER = 0.25
+# A generated secret: at least 256 bits (authn_gateway/secret_strength.py).
+ADMIN_TOKEN = "admin-test-only-Pz5Xq8Lw3Km9Vt2Nc7Bh1Dy4Fs6Gj0RuE"
 
 
 async def storm(
@@ -274,11 +276,11 @@ async def test_operators_can_force_a_breaker_open_and_release_it(
 ) -> None:
     gw = gateway_factory(
         {
-            "admin": {"enabled": True, "token": "admin-secret"},
+            "admin": {"enabled": True, "token": ADMIN_TOKEN},
             "backends": [userinfo_backend(fake_idp)],
         }
     )
-    admin = {"Authorization": "Bearer admin-secret"}
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     url = f"{gw.url}/admin/breakers"
     assert httpx.get(url).status_code == 401
     assert (

@@ -26,7 +26,7 @@ from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
 from tests.support.redis_server import RedisServer
 
-ADMIN_TOKEN = "admin-secret-for-tests"
+ADMIN_TOKEN = "admin-test-only-Rt6Yq1Lw8Km3Vz9Nc2Bh5Dx7Fs4Gj0PuE"
 STALE = "authn-gateway.io/stale"
 BACKEND = "authn-gateway.io/backend"
 TTL = 1.0

@@ -39,7 +39,10 @@ STATIC = {
     "type": "static",
     "tokens": [{"token": "demo-admin-token", "username": "demo-admin", "uid": "1000"}],
 }
-GOOD_CALLER_TOKEN = "caller-secret-0123456789abcdef"
+GOOD_CALLER_TOKEN = "caller-test-only-Wq2Zp9Xk4Lm7Vt1Nc8Bh3Dy6Fs5Gj0RuE"
+# Caller tokens are generated secrets: at least 256 bits (authn_gateway/secret_strength.py).
+FIRST_TOKEN = "first-test-only-Aq2Zp9Xk4Lm7Vt1Nc8Bh3Dy6Fs5Gj0RuE"
+SECOND_TOKEN = "second-test-only-Bq2Zp9Xk4Lm7Vt1Nc8Bh3Dy6Fs5Gj0RuE"
 
 
 # --- certificates -------------------------------------------------------------------
@@ -407,19 +410,19 @@ def test_sighup_with_valid_config_swaps_backends_without_dropping_the_listener(
 
 
 def test_sighup_applies_new_caller_tokens(pki: PKI, tmp_path: Path, gateways: Any) -> None:
-    config = tls_config(pki, tmp_path, caller_tokens=[{"name": "a", "token": "first-token"}])
+    config = tls_config(pki, tmp_path, caller_tokens=[{"name": "a", "token": FIRST_TOKEN}])
     gw = gateways(config)
     ctx = client_context(pki)
-    assert https_review(gw, ctx, authorization="Bearer first-token").status_code == 200
+    assert https_review(gw, ctx, authorization=f"Bearer {FIRST_TOKEN}").status_code == 200
 
     def rotate(c: dict[str, Any]) -> None:
-        c["server"]["caller_tokens"] = [{"name": "a", "token": "second-token"}]
+        c["server"]["caller_tokens"] = [{"name": "a", "token": SECOND_TOKEN}]
 
     _rewrite(gw, rotate)
     gw.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: "config reloaded" in gw.logs(), what="the reload")
-    assert https_review(gw, ctx, authorization="Bearer first-token").status_code == 401
-    assert https_review(gw, ctx, authorization="Bearer second-token").status_code == 200
+    assert https_review(gw, ctx, authorization=f"Bearer {FIRST_TOKEN}").status_code == 401
+    assert https_review(gw, ctx, authorization=f"Bearer {SECOND_TOKEN}").status_code == 200
 
 
 def test_sighup_drains_reviews_running_on_the_old_gateway(
