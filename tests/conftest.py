@@ -1,12 +1,20 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, start_gateway
+
+# Property tests: a fast profile for the suite, a long one by hand
+# (HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_chaos_runner.py).
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("long", max_examples=5000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """What Redis lost is put back from the replicas' local tiers (authn_gateway/cache/repair.py):
 read-repair of one identity a review finds missing, and an emptied Redis noticed within
-a second by its epoch marker. In process, over a real redis-server; the process-level
-scenario (a pod restarted after a FLUSHALL during an IdP outage) is in test_write_back."""
+a second by its epoch marker; never an identity an operator evicted meanwhile. In
+process, over a real redis-server; the process-level scenario (a pod restarted after a
+FLUSHALL during an IdP outage) is in test_write_back."""
 
 from __future__ import annotations
 
@@ -171,3 +172,21 @@ async def test_an_emptied_redis_is_noticed_within_a_second_not_at_the_next_count
         assert time.monotonic() - started < 1.5
     finally:
         await a.close()
+
+
+async def test_an_entry_read_from_redis_while_an_eviction_ran_is_neither_kept_nor_served(
+    link: RedisLink,
+) -> None:
+    # Found by the chaos runner (seed 9, issue 32): a review read a user's entry from
+    # Redis as an operator evicted the user; the answer came back after the eviction had
+    # swept this replica and was kept in its local tier, served fresh, and spread again
+    # by the write-back after a FLUSHALL. CLIENT PAUSE holds the read in Redis for 0.5 s
+    # while the eviction sweeps this replica's local tier.
+    writer, reader = store(link), store(link)
+    await writer.put(b"alice", stale_identity("alice"))
+    await link.client.execute_command("CLIENT", "PAUSE", 500, "ALL")
+    reading = asyncio.ensure_future(reader.get(b"alice"))
+    await asyncio.sleep(0.1)
+    await reader.evict_local(subjects.user("alice"))
+    assert await reading is None, "the evicted identity was answered"
+    assert reader.peek(b"alice", time.time()) is None, "the evicted identity was kept"

@@ -54,6 +54,9 @@ from .repair import SharedTierRepair
 
 log = logging.getLogger(__name__)
 
+# How long an eviction is remembered for reads of Redis that began before it: far past
+# any Redis call's deadline (redis.timeout_seconds).
+EVICTIONS_KEPT_SECONDS = 60.0
 # Refusals live at most this long in Redis, and their write budget renews this often.
 NEGATIVE_WINDOW_SECONDS = 60.0
 
@@ -153,6 +156,9 @@ class TieredCacheStore:
             count_every_seconds=count_every_seconds,
         )
         self._live = self._repair.live_key
+        # Subject key -> when this replica last evicted it (time.monotonic()), for reads
+        # that were on their way meanwhile (EVICTIONS_KEPT_SECONDS).
+        self._evictions: dict[str, float] = {}
         self._previous_found = metrics.cache_previous_key_lookups.labels("found")
         self._previous_missing = metrics.cache_previous_key_lookups.labels("missing")
 
@@ -170,9 +176,17 @@ class TieredCacheStore:
         entry = self._local.get_now(key, now)
         if entry is not None and now < entry.fresh_until:
             return entry
+        asked = time.monotonic()
         remote = await self.get_shared(key)
         if remote is None and previous is not None and self._link.shared:
-            remote = await self._get_previous(key, previous(), now)
+            remote = await self._get_previous(key, previous(), now, asked)
+        # An eviction that ran while Redis was read: neither what was read nor what was
+        # held is kept or served (taken into the local tier, it would outlive the
+        # eviction here, and a write-back would spread it again).
+        if self._evicted_since(remote, asked):
+            remote = None
+        if self._evicted_since(entry, asked):
+            return None
         if remote is None and entry is not None:
             # A live identity here that Redis lost (FLUSHALL, maxmemory): put it back now,
             # so a pod that starts during an IdP outage finds it (repair.py).
@@ -185,12 +199,12 @@ class TieredCacheStore:
         return entry
 
     async def _get_previous(
-        self, key: bytes, previous: list[tuple[bytes, TokenHasher]], now: float
+        self, key: bytes, previous: list[tuple[bytes, TokenHasher]], now: float, asked: float
     ) -> CacheEntry | None:
         """The entry a replica on another secret wrote, re-written under ``key``."""
         for old_key, hasher in previous:
             found = await self._reads.do(old_key, functools.partial(self._fetch, old_key, hasher))
-            if found is None or found.kept_until <= now:
+            if found is None or found.kept_until <= now or self._evicted_since(found, asked):
                 continue
             self._previous_found.inc()
             # Under the current secret, unless a replica wrote a newer answer meanwhile.
@@ -201,8 +215,11 @@ class TieredCacheStore:
         return None
 
     async def recheck(self, key: bytes) -> CacheEntry | None:
+        asked = time.monotonic()
         entry = await self.get_shared(key)
         if entry is None or self._clock() >= entry.fresh_until:
+            return None
+        if self._evicted_since(entry, asked):
             return None
         self._local.put_now(key, entry)
         return entry
@@ -339,7 +356,23 @@ class TieredCacheStore:
         return keys
 
     async def evict_local(self, subject: Subject) -> int:
+        # Noted first: a Redis read already on its way must not bring the entry back.
+        now = time.monotonic()
+        recent = {k: t for k, t in self._evictions.items() if now - t < EVICTIONS_KEPT_SECONDS}
+        recent[subject.key] = now
+        self._evictions = recent
         return await self._local.evict_local(subject)
+
+    def _evicted_since(self, entry: CacheEntry | None, asked: float) -> bool:
+        """Whether an eviction here touched ``entry``'s user or token after ``asked``
+        (time.monotonic()), when a read that found it began."""
+        if entry is None or not self._evictions:
+            return False
+        for kind, value in (("user", entry.username), ("token", entry.token_id)):
+            at = None if value is None else self._evictions.get(f"{kind}:{value}")
+            if at is not None and at >= asked:
+                return True
+        return False
 
     async def evict_shared(self, subject: Subject) -> int | None:
         """Delete every shared entry about ``subject`` (found through its index set)."""
