@@ -14,8 +14,8 @@ from starlette.routing import Route
 
 from .admin_auth import AdminGuard
 from .audit import AuditLog
-from .breaker.machine import CallGate
-from .breaker.override import Override, replica_view
+from .breaker.gate import CallGate, replica_view
+from .breaker.override import Override
 from .gateway import Gateway
 from .redis_link import REPLICA_ID
 from .revocation_api import BadRequest, Refusal, json_object, operator_name, revocation_routes

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from backends.base import Authenticator, Backend
 from backends.settings import BackendSettings
 
+from .breaker.gate import CallGate
 from .breaker.layer import BreakerLayer, OpenBreakerLayer
-from .breaker.machine import CallGate, FailureRate, SlowCalls
 from .breaker.override import Override
+from .breaker.rates import FailureRate, SlowCalls
 from .bucket.gcra import TokenBucket
 from .bucket.layer import BudgetLayer
 from .cache.layer import CacheLayer

@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.settings import BackendSettings
 
-from .breaker.machine import Breaker, CallGate, FailureRate, SlowCalls
+from .breaker.gate import CallGate, replica_view
+from .breaker.machine import Breaker
 from .breaker.memory import LocalProbePermits, MemoryOverrides
-from .breaker.override import Overrides, replica_view
-from .breaker.redis import BreakerSync, FleetBreaker, RedisOverrides
+from .breaker.override import Overrides
+from .breaker.rates import FailureRate, SlowCalls
+from .breaker.redis import FleetBreaker
+from .breaker.redis_overrides import RedisOverrides
+from .breaker.redis_sync import BreakerSync
 from .bucket.gcra import BucketStore
 from .bucket.memory import MemoryBucketStore
 from .bucket.redis import RedisBucketStore
@@ -238,10 +242,10 @@ class RedisStores:
             self.link,
             local,
             self._background.spawn,
+            self._overrides,
             spec.on_transition,
             spec.failure_rate,
             spec.slow_calls,
-            self._overrides,
         )
         self._breakers.add(fleet)
         return fleet

@@ -20,6 +20,10 @@ STORES = [
     ),
 ]
 ABOVE_STORES = ("authn_gateway.pipeline", "authn_gateway.stack", "authn_gateway.gateway")
+# Packages whose ``if TYPE_CHECKING:`` imports count for cycles too: a cycle that only
+# type-checking hides is still a knot a reader has to untie (issue 31). The whole tree
+# once the edge's cycle ↔ protocol knot is gone.
+TYPE_CHECKING_COUNTS = ("authn_gateway.breaker",)
 
 
 def module_name(path: Path) -> str:
@@ -29,17 +33,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _import_nodes(tree: ast.Module, module_level: bool) -> list[ast.Import | ast.ImportFrom]:
+def _import_nodes(
+    tree: ast.Module, module_level: bool, type_checking: bool = False
+) -> list[ast.Import | ast.ImportFrom]:
     if not module_level:
         return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
-    # What runs at import time: top-level statements, outside ``if TYPE_CHECKING:``.
+    # What runs at import time: top-level statements, outside ``if TYPE_CHECKING:``
+    # (unless ``type_checking``: then those count too).
     found: list[ast.Import | ast.ImportFrom] = []
     pending: list[ast.stmt] = list(tree.body)
     while pending:
         node = pending.pop()
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+        elif isinstance(node, ast.If) and (
+            type_checking or "TYPE_CHECKING" not in ast.unparse(node.test)
+        ):
             pending += node.body + node.orelse
         elif isinstance(node, ast.Try):
             pending += node.body + node.orelse + node.finalbody
@@ -47,11 +56,13 @@ def _import_nodes(tree: ast.Module, module_level: bool) -> list[ast.Import | ast
 
 
 def imports_of(path: Path, module_level: bool = False) -> set[str]:
-    """The modules of ours that ``path`` imports (all, or those imported at import time)."""
+    """The modules of ours that ``path`` imports (all, or those imported at import time,
+    with type-checking ones in the packages of :data:`TYPE_CHECKING_COUNTS`)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    type_checking = name.startswith(TYPE_CHECKING_COUNTS)
     found: set[str] = set()
-    for node in _import_nodes(ast.parse(path.read_text()), module_level):
+    for node in _import_nodes(ast.parse(path.read_text()), module_level, type_checking):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
             continue
@@ -96,30 +107,61 @@ def test_no_store_imports_the_pipeline_or_a_layer(graph: dict[str, set[str]]) ->
 
 
 def test_no_import_cycle() -> None:
-    """No cycle among the imports that run at import time. (A function-level import,
-    such as KeystoneSettings.build importing its backend, runs later, once both exist.)"""
-    graph = _graph(module_level=True)
+    """No cycle among the imports that run at import time, and, in the packages of
+    TYPE_CHECKING_COUNTS, the type-checking ones. (A function-level import, such as
+    KeystoneSettings.build importing its backend, runs later, once both exist.)"""
+    cycle = cycle_in(_graph(module_level=True))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_a_cycle_behind_type_checking_is_found_in_the_breaker_package() -> None:
+    """The check above sees an ``if TYPE_CHECKING:`` import in the breaker package (the
+    knot machine -> memory -> override -> machine hid behind one), and only there."""
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .machine import X\n"
+    tree = ast.parse(source)
+    assert len(_import_nodes(tree, module_level=True, type_checking=True)) == 2
+    assert len(_import_nodes(tree, module_level=True, type_checking=False)) == 1
+    graph = {
+        "authn_gateway.breaker.machine": {"authn_gateway.breaker.memory"},
+        "authn_gateway.breaker.memory": {"authn_gateway.breaker.override"},
+        "authn_gateway.breaker.override": {"authn_gateway.breaker.machine"},
+    }
+    assert cycle_in(graph) == [
+        "authn_gateway.breaker.machine",
+        "authn_gateway.breaker.memory",
+        "authn_gateway.breaker.override",
+        "authn_gateway.breaker.machine",
+    ]
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """The first import cycle found in ``graph``, as a path that ends where it starts."""
 
     # Package __init__ modules re-export their children: an edge from a child back to its
     # own package is an import of a sibling, not a cycle.
     def edges(name: str) -> set[str]:
-        return {m for m in graph[name] if not name.startswith(m + ".")}
+        return {m for m in graph.get(name, ()) if not name.startswith(m + ".")}
 
     state: dict[str, int] = {}
     path: list[str] = []
 
-    def visit(name: str) -> None:
+    def visit(name: str) -> list[str] | None:
         state[name] = 1
         path.append(name)
         for dep in sorted(edges(name)):
             if state.get(dep) == 1:
-                cycle = [*path[path.index(dep) :], dep]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
+                return [*path[path.index(dep) :], dep]
             if dep not in state:
-                visit(dep)
+                found = visit(dep)
+                if found is not None:
+                    return found
         path.pop()
         state[name] = 2
+        return None
 
     for name in sorted(graph):
         if name not in state:
-            visit(name)
+            found = visit(name)
+            if found is not None:
+                return found
+    return None

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from authn_gateway.breaker import redis as breaker_redis
-from authn_gateway.breaker.machine import BUSY, CallGate
+from authn_gateway.breaker import redis_sync as breaker_sync
+from authn_gateway.breaker.gate import BUSY, CallGate
 from authn_gateway.bucket import BucketStore, MemoryBucketStore
 from authn_gateway.cache import CacheEntry, CacheStore, MemoryStore
 from authn_gateway.config import RedisSettings
@@ -100,7 +100,7 @@ async def test_close_ends_every_task_the_fleet_state_started(
     # from the Redis client as a timeout) would otherwise run on past the shutdown.
     # The breaker subscriber and the heartbeat are made such loops here.
     running = [True]
-    monkeypatch.setattr(breaker_redis, "listen", lambda *args: retrying_loop(2, [], running))
+    monkeypatch.setattr(breaker_sync, "listen", lambda *args: retrying_loop(2, [], running))
     monkeypatch.setattr(FleetSize, "_run", lambda self: retrying_loop(2, [], running))
     before = asyncio.all_tasks()
     settings = RedisSettings(url=redis_server.url, key_prefix=f"t{time.monotonic_ns()}")
@@ -172,6 +172,14 @@ async def settled() -> None:
     await asyncio.sleep(0.05)  # Redis settles in the background
 
 
+async def until(check: Any, seconds: float = 2.0) -> None:
+    """Wait for ``check()`` a while: a background settle can sit behind a 50 ms gen-2
+    garbage collection, longer than :func:`settled` allows (seen in this suite)."""
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 async def test_breaker_opens_at_fail_max_then_admits_k_probes(state: Any) -> None:
     breaker = gate(state, f"b{time.monotonic_ns()}", fail_max=2, probes=2)
     for _ in range(2):
@@ -229,6 +237,7 @@ async def test_fleet_failures_are_counted_across_replicas(redis_server: RedisSer
             breaker.record(ticket, Unavailable("down"))
             await settled()
         # Every replica knows (from the settle answer or the published message).
+        await until(lambda: all(b.state == "open" for _, b in replicas))
         assert [b.state for _, b in replicas] == ["open"] * 3
         assert [await b.admit() for _, b in replicas] == [None] * 3
     finally:

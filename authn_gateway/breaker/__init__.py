@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-from .machine import (
-    CLOSED,
-    HALF_OPEN,
-    OPEN,
-    STATES,
-    Admission,
-    Breaker,
-    FailureRate,
-    ProbePermits,
-    SlowCalls,
-)
+from .gate import BUSY, CallGate, Ticket
+from .machine import CLOSED, HALF_OPEN, OPEN, STATES, Breaker, ProbePermits
 from .memory import LocalProbePermits, MemoryOverrides, memory_storage
 from .override import Forced, Override, Overrides
+from .rates import FailureRate, SlowCalls
 
 __all__ = [
+    "BUSY",
     "CLOSED",
     "HALF_OPEN",
     "OPEN",
     "STATES",
-    "Admission",
     "Breaker",
+    "CallGate",
     "FailureRate",
     "Forced",
     "LocalProbePermits",
@@ -31,5 +24,6 @@ __all__ = [
     "Overrides",
     "ProbePermits",
     "SlowCalls",
+    "Ticket",
     "memory_storage",
 ]

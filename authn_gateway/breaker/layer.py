@@ -11,7 +11,7 @@ from backends.base import Authenticator, HeldBack, Unavailable, Verdict
 
 from ..layer import Layer
 from ..metrics import Metrics
-from .machine import BUSY, CallGate
+from .gate import BUSY, CallGate
 
 _OPEN = Unavailable("circuit breaker open")
 # The fleet-wide (or, without Redis, per-process) in-flight ceiling: the gateway's own

@@ -19,8 +19,6 @@ versions in :mod:`.redis`; :mod:`.layer` wraps an authenticator with a breaker.
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -29,8 +27,10 @@ import pybreaker
 
 from backends.base import Outcome, Unavailable
 
+from .gate import BUSY, Ticket
 from .memory import LocalProbePermits, MemoryOverrides
-from .override import Forced, Overridden, Override, Overrides
+from .override import Overridden, Override, Overrides
+from .rates import FailureRate, SlowCalls
 
 log = logging.getLogger(__name__)
 
@@ -54,100 +54,6 @@ class ProbePermits(Protocol):
         ...
 
 
-class CallGate(Protocol):
-    """What the review path needs of a breaker: :class:`Breaker` in one process,
-    :class:`authn_gateway.breaker.redis.FleetBreaker` across a fleet."""
-
-    name: str
-
-    @property
-    def override(self) -> Override: ...
-
-    def forced(self) -> Forced | None:
-        """The operator override in force, with its times (None when none)."""
-        ...
-
-    @property
-    def state(self) -> str: ...
-
-    @property
-    def machine_state(self) -> str:
-        """The state machine's own state, whatever an override says."""
-        ...
-
-    def refresh(self) -> str: ...
-
-    async def admit(self) -> Admission | None: ...
-
-    def fails_fast(self) -> bool:
-        """Whether :meth:`admit` would refuse now, known without I/O: forced open, or
-        open with its probe not yet due. Checked before a call waits for a local slot."""
-        ...
-
-    def release(self, ticket: Admission) -> None: ...
-
-    def record(self, ticket: Admission, outcome: Outcome, seconds: float | None = None) -> None: ...
-
-    @property
-    def max_hold(self) -> float: ...
-
-    @property
-    def slow_threshold(self) -> float | None: ...
-
-    def hold_open(self, seconds: float) -> None: ...
-
-
-class FailureRate:
-    """Share of unavailable answers among the calls of the last ``window`` seconds."""
-
-    def __init__(
-        self,
-        threshold: float,
-        window: float,
-        min_calls: int,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._threshold = threshold
-        self._window = window
-        self._min_calls = min_calls
-        self._clock = clock
-        self._calls: deque[tuple[float, bool]] = deque()
-        self._failures = 0
-
-    def add(self, failed: bool) -> bool:
-        """Record one call; True when the window's failure share has reached the threshold."""
-        now = self._clock()
-        self._calls.append((now, failed))
-        self._failures += failed
-        horizon = now - self._window
-        while self._calls and self._calls[0][0] < horizon:
-            self._failures -= self._calls.popleft()[1]
-        calls = len(self._calls)
-        return calls >= self._min_calls and self._failures >= self._threshold * calls
-
-    def clear(self) -> None:
-        self._calls.clear()
-        self._failures = 0
-
-
-class SlowCalls:
-    """resilience4j's slow-call rule: the share of calls that took ``threshold`` s or more."""
-
-    def __init__(self, threshold: float, rate: FailureRate) -> None:
-        self.threshold = threshold
-        self._rate = rate
-
-    def is_slow(self, seconds: float) -> bool:
-        return seconds >= self.threshold
-
-    def add(self, seconds: float) -> bool:
-        """Record one call; True when the window's slow share has reached the rate."""
-        return self._rate.add(self.is_slow(seconds))
-
-    def clear(self) -> None:
-        self._rate.clear()
-
-
 class _Unhealthy(Exception):
     """The outcome fed into pybreaker for an unavailable backend."""
 
@@ -158,23 +64,6 @@ class _TransitionListener(pybreaker.CircuitBreakerListener):  # type: ignore[mis
 
     def state_change(self, cb: Any, old_state: Any, new_state: Any) -> None:
         self._notify(old_state.name if old_state is not None else "none", new_state.name)
-
-
-class Admission:
-    """A ticket for one call; probe calls hold a half-open permit."""
-
-    __slots__ = ("permit", "slot")
-
-    def __init__(self, permit: str | None, slot: bool = False) -> None:
-        self.permit = permit
-        self.slot = slot  # holds one of the in-flight slots
-
-
-class Busy(Admission):
-    """Not a ticket: ``max_in_flight`` calls are out already (the gateway's own refusal)."""
-
-
-BUSY = Busy(permit=None)
 
 
 class LocalSlots:
@@ -194,8 +83,8 @@ class LocalSlots:
         self.in_flight = max(0, self.in_flight - 1)
 
 
-_NORMAL = Admission(permit=None)
-_PROBE = Admission(permit="probe?")  # internal: half-open, a probe permit is needed
+_NORMAL = Ticket(permit=None)
+_PROBE = Ticket(permit="probe?")  # internal: half-open, a probe permit is needed
 
 
 class Breaker(Overridden):
@@ -252,14 +141,6 @@ class Breaker(Overridden):
             self._on_transition(self.name, old, new)
 
     @property
-    def state(self) -> str:
-        """closed, open, half-open, forced_open or forced_closed."""
-        override = self.override
-        if override is not Override.NONE:
-            return str(override.value)
-        return self.machine_state
-
-    @property
     def machine_state(self) -> str:
         state: str = self._cb.current_state
         return state
@@ -268,13 +149,13 @@ class Breaker(Overridden):
         """Pick up a state another replica wrote to shared storage (fires transitions)."""
         return str(self._cb.state.name)
 
-    async def admit(self) -> Admission | None:
+    async def admit(self) -> Ticket | None:
         """A ticket if a call may go to the backend now, :data:`BUSY` if too many are
         in flight, else None (fail fast)."""
         decided = self._decide()
         if decided is _PROBE:
             permit = await self._probes.try_acquire()
-            decided = Admission(permit) if permit is not None else None
+            decided = Ticket(permit) if permit is not None else None
         return self._with_slot(decided)
 
     def fails_fast(self) -> bool:
@@ -283,25 +164,25 @@ class Breaker(Overridden):
             return override is Override.FORCED_OPEN
         return self._cb.current_state == OPEN and self.seconds_until_probe() > 0
 
-    def admit_now(self) -> Admission | None:
+    def admit_now(self) -> Ticket | None:
         """:meth:`admit` for in-process probe permits (no I/O)."""
         decided = self._decide()
         if decided is _PROBE:
             assert isinstance(self._probes, LocalProbePermits)
             permit = self._probes.acquire_now()
-            decided = Admission(permit) if permit is not None else None
+            decided = Ticket(permit) if permit is not None else None
         return self._with_slot(decided)
 
-    def _with_slot(self, ticket: Admission | None) -> Admission | None:
+    def _with_slot(self, ticket: Ticket | None) -> Ticket | None:
         if ticket is None or self.slots is None or self.override is Override.FORCED_CLOSED:
             return ticket
         if not self.slots.take():
             if ticket.permit is not None:
                 self._probes.release(ticket.permit)
             return BUSY
-        return Admission(ticket.permit, slot=True)
+        return Ticket(ticket.permit, slot=True)
 
-    def _decide(self) -> Admission | None:
+    def _decide(self) -> Ticket | None:
         override = self.override
         if override is Override.FORCED_OPEN:
             return None
@@ -324,14 +205,14 @@ class Breaker(Overridden):
         until = opened_at + timedelta(seconds=self._cb.reset_timeout) - datetime.now(UTC)
         return max(0.0, until.total_seconds())
 
-    def release(self, ticket: Admission) -> None:
+    def release(self, ticket: Ticket) -> None:
         """Give back a ticket whose call was never made."""
         if ticket.slot and self.slots is not None:
             self.slots.give_back()
         if ticket.permit is not None:
             self._probes.release(ticket.permit)
 
-    def record(self, ticket: Admission, outcome: Outcome, seconds: float | None = None) -> None:
+    def record(self, ticket: Ticket, outcome: Outcome, seconds: float | None = None) -> None:
         """Feed one finished call's outcome (and how long it took) to the state machine."""
         if ticket.slot and self.slots is not None:
             self.slots.give_back()

@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from .machine import CallGate
+from typing import Any, Protocol
 
 
 class Override(enum.Enum):
@@ -96,18 +92,16 @@ class Overridden:
         forced = self.overrides.current(self.name)
         return forced.override if forced is not None else Override.NONE
 
+    @property
+    def state(self) -> str:
+        """closed, open, half-open, forced_open or forced_closed: the override in force,
+        else the state machine's own state."""
+        override = self.override
+        if override is not Override.NONE:
+            return str(override.value)
+        return self.machine_state
 
-def replica_view(replica: str, gates: Mapping[str, CallGate], shared: bool) -> dict[str, Any]:
-    """One replica's view of its breakers, as ``GET /admin/breakers`` lists it."""
-    now = time.time()
-    backends: dict[str, Any] = {}
-    for name, gate in gates.items():
-        forced = gate.forced()
-        backends[name] = {
-            "state": gate.state,
-            # What the breaker itself says: where a release returns to.
-            "machine_state": gate.machine_state,
-            "override": forced.override.value if forced is not None else Override.NONE.value,
-            "expires_at": round(forced.expires_at, 3) if forced is not None else None,
-        }
-    return {"replica": replica, "at": round(now, 3), "shared": shared, "backends": backends}
+    @property
+    def machine_state(self) -> str:
+        """The state machine's own state, whatever an override says."""
+        raise NotImplementedError
