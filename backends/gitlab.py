@@ -253,7 +253,7 @@ class GitLabBackend(Backend):
             log.info("backend %s: GitLab refused %s: %s", self.name, path, reason)
             return Rejected(f"GitLab: {reason} (403 on {path})")
         if status == 429 or status >= 500:
-            return server_failure(self.kind, response)
+            return server_failure(self.kind, response, self._s.breaker.max_retry_after_seconds)
         # 3xx, 404 and the like: the gateway is not talking to GitLab's API.
         return Unavailable(
             f"GitLab answered {status} on {path}; check base_url", misconfigured=True

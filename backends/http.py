@@ -383,8 +383,8 @@ _HTTP_DATES = (
     ),
 )
 _DIGITS = re.compile(r"\d+", re.ASCII)
-# Past this many digits a delay is "very long" either way; the breaker caps it
-# (breaker.max_retry_after_seconds), and int() refuses strings over 4300 digits.
+# Past this many digits a delay is "very long" either way; retry_after_seconds caps it,
+# and int() refuses strings over 4300 digits.
 _MAX_DIGITS = 12
 
 
@@ -420,16 +420,29 @@ def http_date(value: str) -> float | None:
     return None
 
 
-def retry_after_seconds(response: httpx.Response, now: float | None = None) -> float | None:
-    """Seconds to stay away, from ``Retry-After`` or else ``RateLimit-Reset``.
+def retry_after_seconds(
+    response: httpx.Response, *, cap: float, cap_name: str, now: float | None = None
+) -> float | None:
+    """Seconds to stay away, from ``Retry-After`` or else ``RateLimit-Reset``, at most ``cap``.
+
+    The one place the gateway reads either header: the breaker path (through
+    :func:`server_failure`) and the jwt key fetch both take their waits from here, so
+    no answer, from the IdP or whatever sits in front of it, can shut a path for years.
+    ``cap_name`` is the setting ``cap`` comes from, for the log line that says a wait
+    was cut.
 
     Parsed strictly: ``Retry-After`` is delay-seconds (ASCII digits) or an HTTP date;
     ``RateLimit-Reset`` is digits, a Unix time when larger than 10^9 (GitLab), else a
-    delay (the IETF draft). Anything else is ignored with a warning. The breaker caps
-    what is left (``breaker.max_retry_after_seconds``): an IdP cannot hold it open
-    for ten years.
+    delay (the IETF draft). Anything else is ignored with a warning. Never raises.
     """
-    now = time.time() if now is None else now
+    asked = _requested_wait(response, time.time() if now is None else now)
+    if asked is None or asked <= cap:
+        return asked
+    log.warning("IdP asked to wait %.0fs; waiting %s (%gs) instead", asked, cap_name, cap)
+    return cap
+
+
+def _requested_wait(response: httpx.Response, now: float) -> float | None:
     value = response.headers.get("retry-after")
     if value is not None:
         value = value.strip()
@@ -455,8 +468,14 @@ def _ignored(header: str, value: str, expected: str) -> None:
     log.warning("IdP sent a %s that is neither %s (%r); ignored", header, expected, value[:40])
 
 
-def server_failure(backend_kind: str, response: httpx.Response) -> Unavailable:
-    """A status that means the IdP could not answer (5xx, 429)."""
+def server_failure(
+    backend_kind: str, response: httpx.Response, max_retry_after: float
+) -> Unavailable:
+    """A status that means the IdP could not answer (5xx, 429). A 429's wait is capped at
+    ``max_retry_after`` (the backend's ``breaker.max_retry_after_seconds``)."""
     if response.status_code == 429:
-        return Unavailable("rate limited by IdP (429)", retry_after=retry_after_seconds(response))
+        wait = retry_after_seconds(
+            response, cap=max_retry_after, cap_name="breaker.max_retry_after_seconds"
+        )
+        return Unavailable("rate limited by IdP (429)", retry_after=wait)
     return Unavailable(f"{backend_kind} answered {response.status_code}")

@@ -84,7 +84,7 @@ class IntrospectionBackend(Backend):
                 misconfigured=True,
             )
         if response.status_code != 200:
-            return server_failure(self.kind, response)
+            return server_failure(self.kind, response, self._s.breaker.max_retry_after_seconds)
         try:
             answer = response.json()
         except ValueError:

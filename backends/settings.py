@@ -153,6 +153,10 @@ class SlowCallSettings(Strict):
     min_calls: Annotated[int, Field(ge=1)] = 20
 
 
+#: breaker.max_retry_after_seconds unless set: the longest one IdP answer holds a path back.
+DEFAULT_MAX_RETRY_AFTER_SECONDS = 300.0
+
+
 class BreakerSettings(Strict):
     # Consecutive unavailable answers that open the breaker.
     fail_max: Annotated[int, Field(ge=1)] = 5
@@ -163,7 +167,7 @@ class BreakerSettings(Strict):
     failure_rate: FailureRateSettings | None = None
     # Longest the breaker stays open because the IdP said so (Retry-After,
     # RateLimit-Reset); longer requests are cut to this.
-    max_retry_after_seconds: PositiveFloat = 300.0
+    max_retry_after_seconds: PositiveFloat = DEFAULT_MAX_RETRY_AFTER_SECONDS
     # Slow-call trip condition; on by default, off with `slow_calls: null`.
     slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
     # While an operator forces the breaker closed nothing sheds a hanging IdP, so a

@@ -86,7 +86,7 @@ class UserinfoBackend(Backend):
         if response.status_code in (401, 403):
             return Rejected(f"IdP answered {response.status_code}")
         if response.status_code != 200:
-            return server_failure(self.kind, response)
+            return server_failure(self.kind, response, self._s.breaker.max_retry_after_seconds)
         if response.headers.get("content-type", "").split(";")[0].strip().lower() == JWT:
             # OIDC answers so for a client registered for signed userinfo: that token's
             # client, not the IdP's health. A refusal, which the breaker does not count

@@ -5,15 +5,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, start_gateway
 
 # Property tests: a fast profile for the suite, a long one by hand
-# (HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_chaos_runner.py).
-settings.register_profile("ci", max_examples=100)
-settings.register_profile("long", max_examples=5000)
+# (HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_chaos_runner.py). No deadline:
+# the machine is shared, and a slow example is not a failing one.
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

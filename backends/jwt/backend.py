@@ -63,7 +63,8 @@ class KeyFetchSettings(Strict):
     max_refresh_seconds: PositiveFloat = 86400.0
     # While the issuer is down, the last good set verifies this long past its lifetime.
     max_stale_seconds: NonNegativeFloat = 86400.0
-    # Back-off after failed fetches doubles from min_refresh_seconds up to this.
+    # Back-off after failed fetches doubles from min_refresh_seconds up to this; an
+    # issuer's Retry-After is honoured up to this too, never longer.
     max_backoff_seconds: PositiveFloat = 300.0
 
 

@@ -8,7 +8,7 @@ what a flood of crafted tokens would aim at. So every fetch goes through:
 * a floor between fetches, ``min_refresh_seconds``: an unknown ``kid`` triggers at
   most one fetch per floor, and is refused locally in between;
 * a breaker-like back-off after failures (doubling up to ``max_backoff_seconds``,
-  longer when the issuer sends ``Retry-After``);
+  longer when the issuer sends ``Retry-After``, but never past ``max_backoff_seconds``);
 * the backend's call budget (the gateway's outbound token bucket), when it has one;
 * in fleet mode, the fleet: a fetched set is shared (signed) through Redis, and one
   replica per floor may fetch, so a fleet fetches as often as one replica would.
@@ -411,11 +411,16 @@ class KeySource:
     def _check_status(self, response: httpx.Response, what: str) -> None:
         if response.status_code == 200:
             return
-        asked_to_wait = response.status_code in (429, 503)
-        raise FetchFailed(
-            f"{what}: issuer answered {response.status_code}",
-            retry_after=retry_after_seconds(response) if asked_to_wait else None,
-        )
+        wait = None
+        if response.status_code in (429, 503):
+            # Honoured up to the back-off's own ceiling: one answer must not stop every
+            # key fetch, the background refresh included, past max_backoff_seconds.
+            wait = retry_after_seconds(
+                response,
+                cap=self._policy.max_backoff_seconds,
+                cap_name="keys.max_backoff_seconds",
+            )
+        raise FetchFailed(f"{what}: issuer answered {response.status_code}", retry_after=wait)
 
     def _json(self, response: httpx.Response, what: str) -> Any:
         if len(response.content) > MAX_JWKS_BYTES:

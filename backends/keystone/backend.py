@@ -60,11 +60,19 @@ class KeystoneBackend(Backend):
             budget=budget,
             resend_if_dropped=True,
         )
+        max_wait = settings.breaker.max_retry_after_seconds
         self.service = ServiceToken(
-            settings.name, self._client, settings.service, settings.service_token, settings.timeouts
+            settings.name,
+            self._client,
+            settings.service,
+            settings.service_token,
+            settings.timeouts,
+            max_retry_after=max_wait,
         )
         self._auth = ServiceTokenAuth(self.service)
-        self._groups = GroupLookup(settings.groups, self._client, self._auth, self._base)
+        self._groups = GroupLookup(
+            settings.groups, self._client, self._auth, self._base, max_retry_after=max_wait
+        )
         # Built once: httpx would parse and merge the path and its query on every call.
         self._validate_url = self._client.build_request(
             "GET", "auth/tokens", params={"nocatalog": "1"}
@@ -113,7 +121,7 @@ class KeystoneBackend(Backend):
                 misconfigured=True,
             )
         if status != 200:
-            return server_failure(self.kind, answer)
+            return server_failure(self.kind, answer, self._s.breaker.max_retry_after_seconds)
         try:
             body = answer.json()["token"]
             user_id = body["user"]["id"]

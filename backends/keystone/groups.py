@@ -16,6 +16,7 @@ from cachetools import TTLCache
 from ..base import Rejected, Unavailable
 from ..flight import SingleFlight
 from ..http import server_failure
+from ..settings import DEFAULT_MAX_RETRY_AFTER_SECONDS
 from .identity import Group
 from .service_token import ServiceTokenAuth, send_with_service_token
 from .settings import GroupLookupSettings
@@ -33,8 +34,12 @@ class GroupLookup:
         auth: ServiceTokenAuth,
         base_url: str,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER_SECONDS,
     ) -> None:
         self._settings = settings
+        # breaker.max_retry_after_seconds: the longest a 429 on a page holds it back.
+        self._max_retry_after = max_retry_after
         self._client = client
         self._auth = auth
         self._base = base_url
@@ -81,7 +86,7 @@ class GroupLookup:
                     misconfigured=True,
                 )
             if answer.status_code != 200:
-                return server_failure("keystone", answer)
+                return server_failure("keystone", answer, self._max_retry_after)
             try:
                 body = answer.json()
                 groups += [

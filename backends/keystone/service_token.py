@@ -16,7 +16,7 @@ from ..base import HeldBack, Unavailable
 from ..budget import CallHeldBack
 from ..flight import SingleFlight
 from ..http import server_failure, transport_failure
-from ..settings import TimeoutSettings
+from ..settings import DEFAULT_MAX_RETRY_AFTER_SECONDS, TimeoutSettings
 from .identity import parse_keystone_time
 from .settings import ServiceCredentials, ServiceTokenSettings
 
@@ -52,8 +52,12 @@ class ServiceToken:
         settings: ServiceTokenSettings,
         timeouts: TimeoutSettings,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER_SECONDS,
     ) -> None:
         self._name = backend_name
+        # breaker.max_retry_after_seconds: the longest a 429 on a login holds it back.
+        self._max_retry_after = max_retry_after
         self._client = client
         self._credentials = credentials
         self._settings = settings
@@ -155,7 +159,7 @@ class ServiceToken:
                     misconfigured=True,
                 )
             )
-        failure = server_failure("keystone", response)
+        failure = server_failure("keystone", response, self._max_retry_after)
         return self._failed(
             Unavailable(f"service login: {failure.reason}", retry_after=failure.retry_after)
         )

@@ -14,7 +14,7 @@ control port (``POST /_fake/faults`` with a JSON body of the same fields):
 * ``latency``       - seconds added before every answer;
 * ``fail_fraction`` - share of calls answered with ``fail_status`` (default 500);
 * ``status``        - answer every call with this status (401 for everyone, 500, 429);
-* ``retry_after``   - seconds, sent as ``Retry-After`` on 429s (a string is sent as
+* ``retry_after``   - seconds, sent as ``Retry-After`` on 429s and 503s (a string is sent as
   it is, to play an IdP or proxy that sends nonsense there);
 * ``hang``          - read the request, never answer;
 * ``reset``         - read the request (it is counted), then reset the connection (RST);
@@ -286,7 +286,7 @@ async def injected_fault(
     if status is None or status == 200:
         return None
     extra = {}
-    if status == 429 and faults.retry_after is not None:
+    if status in (429, 503) and faults.retry_after is not None:
         value = faults.retry_after
         extra["retry-after"] = value if isinstance(value, str) else str(int(value))
     return _json(status, error_body(status), extra)
