@@ -205,6 +205,31 @@ async def test_malformed_redis_entries_are_skipped(link: RedisLink) -> None:
     assert [e.subject for e in deny.entries()] == [ALICE]
 
 
+async def test_a_denial_survives_redis_losing_its_data_and_a_lift_is_not_undone(
+    link: RedisLink,
+) -> None:
+    # Found by the chaos runner (seed 1218, issue 32): after a FLUSHALL (or a Redis
+    # restart without persistence) every replica loaded an empty list and served the
+    # denied user again. The replicas that knew the denial write it back.
+    one, two = DenyList(RedisDenyStore(link)), DenyList(RedisDenyStore(link))
+    await one.add(ALICE, 60, by="ops")
+    await one.add(subjects.user("bob"), 60, by="ops")
+    await two.refresh()
+    assert two.denies_user("alice")
+    await link.client.flushdb()
+    await two.refresh()
+    assert two.denies_user("alice") and two.denies_user("bob")
+    started_after = DenyList(RedisDenyStore(link))  # a pod started after the loss
+    await started_after.refresh()
+    assert started_after.denies_user("alice") and started_after.denies_user("bob")
+    # A lift removes one entry, never the marker: it is not taken for a loss.
+    await one.lift(ALICE)
+    await two.refresh()
+    await one.refresh()
+    assert not two.denies_user("alice") and not one.denies_user("alice")
+    assert two.denies_user("bob")
+
+
 async def test_a_denial_made_while_redis_is_down_reaches_redis_when_it_is_back(
     tmp_path: Path,
 ) -> None:

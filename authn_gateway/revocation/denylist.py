@@ -78,6 +78,11 @@ class DenyStore(Protocol):
         """Remove one entry: whether it was there, or None when the store is unreachable."""
         ...
 
+    def emptied(self) -> bool:
+        """Whether the store lost its entries since the previous load (a shared store
+        emptied under the fleet); the list then writes its own live entries back."""
+        ...
+
 
 def parse_entries(docs: list[Any], now: float, source: str) -> dict[Subject, DenyEntry]:
     """Entries from stored documents: expired ones dropped, malformed ones logged and skipped."""
@@ -167,6 +172,18 @@ class DenyList:
         loaded = await self.store.load()
         if loaded is None:
             return  # unreachable: keep the copy we have
+        if self.store.emptied():
+            # Redis lost the list (FLUSHALL, a restart without persistence): a denial must
+            # not be lifted by that. What this replica knows goes back (issue 32).
+            now = self._clock()
+            back = {s: e for s, e in self._entries.items() if e.until > now and s not in loaded}
+            log.warning(
+                "deny list: the store lost its entries; writing back %d live ones", len(back)
+            )
+            for subject, entry in back.items():
+                if not await self.store.save(entry):
+                    self._unsaved[subject] = entry
+            loaded.update(back)
         for subject in self._unremoved:
             loaded.pop(subject, None)
         loaded.update(self._unsaved)

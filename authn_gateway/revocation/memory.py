@@ -35,6 +35,9 @@ class MemoryDenyStore:
         self._clock = clock
         self._entries: dict[Subject, DenyEntry] = {}
 
+    def emptied(self) -> bool:
+        return False  # only this process writes it
+
     async def load(self) -> dict[Subject, DenyEntry] | None:
         now = self._clock()
         return {s: e for s, e in self._entries.items() if e.until > now}
@@ -56,6 +59,9 @@ class FileDenyStore:
         self._seen: tuple[int, int] | None = None
         self._entries: dict[Subject, DenyEntry] = {}
         self._lock = asyncio.Lock()
+
+    def emptied(self) -> bool:
+        return False  # a deleted file is the operator's own change
 
     async def load(self) -> dict[Subject, DenyEntry] | None:
         try:

@@ -33,6 +33,10 @@ STREAM_LENGTH = 1000
 BLOCK_SECONDS = 1.0
 
 
+# A field of the deny hash that no lift removes: gone only when Redis lost everything.
+MARKER = "~present"
+
+
 class RedisDenyStore:
     where = "redis"
 
@@ -40,12 +44,26 @@ class RedisDenyStore:
         self._link = link
         self._key = link.key("deny")
         self._clock = clock
+        # Whether this process has seen the marker field (see load).
+        self._marked = False
+        self._emptied = False
+
+    def emptied(self) -> bool:
+        """Whether Redis lost the list since the previous load (FLUSHALL, a restart
+        without persistence): its marker field, set in the first load of an empty Redis
+        and never removed by a lift, was gone."""
+        return self._emptied
 
     async def load(self) -> dict[Subject, DenyEntry] | None:
         try:
             raw = await self._link.run("deny_load", lambda r: r.hgetall(self._key))
         except RedisDown:
             return None
+        raw = {_decode(k): v for k, v in raw.items()}
+        self._emptied = self._marked and MARKER not in raw
+        if raw.pop(MARKER, None) is None:
+            await self._link.best_effort("deny_mark", lambda r: r.hset(self._key, MARKER, 1))
+        self._marked = True
         docs: list[Any] = []
         for value in raw.values():
             try:
@@ -53,7 +71,7 @@ class RedisDenyStore:
             except orjson.JSONDecodeError:
                 docs.append(None)  # counted as malformed below
         entries = parse_entries(docs, self._clock(), "redis")
-        stale = [f for f in raw if _decode(f) not in {s.key for s in entries}]
+        stale = [f for f in raw if f not in {s.key for s in entries}]
         if stale:
             await self._link.best_effort("deny_prune", lambda r: r.hdel(self._key, *stale))
         return entries
