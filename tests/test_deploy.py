@@ -6,65 +6,25 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "deploy"
+from tests.support.kustomize import (
+    DEPLOY,
+    GATEWAY_OVERLAYS,
+    config_of,
+    find,
+    labels_match,
+    render,
+)
 
 
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.fail(
-            "kubectl is required to render deploy/ (Debian: apt-get install kubernetes-client; "
-            "scripts/test.sh installs it)"
-        )
-    return path
-
-
-@cache
-def render(directory: str) -> tuple[dict[str, Any], ...]:
-    result = subprocess.run(
-        [kubectl(), "kustomize", str(DEPLOY / directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return tuple(d for d in yaml.safe_load_all(result.stdout) if d is not None)
-
-
-def find(docs: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
-    for doc in docs:
-        actual = doc["metadata"]["name"]
-        # Generated ConfigMaps carry a content hash suffix.
-        generated = kind == "ConfigMap" and actual.startswith(name + "-")
-        if doc["kind"] == kind and (actual == name or generated):
-            return doc
-    raise AssertionError(
-        f"no {kind} {name} in {[(d['kind'], d['metadata']['name']) for d in docs]}"
-    )
-
-
-def config_of(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
-    cm = find(docs, "ConfigMap", "authn-gateway-config")
-    parsed: dict[str, Any] = yaml.safe_load(cm["data"]["gateway.yaml"])
-    return parsed
-
-
-def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
-
-
-@pytest.mark.parametrize("directory", ["base", "overlays/redis", "overlays/redis-sentinel"])
+@pytest.mark.parametrize("directory", GATEWAY_OVERLAYS)
 def test_manifests_render_to_kubernetes_objects(directory: str) -> None:
     docs = render(directory)
     assert docs
@@ -309,7 +269,7 @@ def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("directory", ["base", "overlays/redis", "overlays/redis-sentinel"])
+@pytest.mark.parametrize("directory", GATEWAY_OVERLAYS)
 def test_shipped_config_passes_check_config(directory: str, tmp_path: Path) -> None:
     cm = find(render(directory), "ConfigMap", "authn-gateway-config")
     result = _check_config(cm["data"]["gateway.yaml"], tmp_path)
@@ -428,6 +388,14 @@ def test_readme_wiring_matches_the_shipped_kubeconfig_and_flags() -> None:
     assert cluster["server"] == f"https://{service['spec']['clusterIP']}:{port}/authenticate"
     assert "/etc/kubernetes/authn-gateway" not in readme
     assert "Prometheus\nOperator" in readme or "Prometheus Operator" in readme
+
+
+def test_the_readme_checks_the_prometheus_operator_crds_before_applying() -> None:
+    readme = (DEPLOY.parent / "README.md").read_text()
+    section = readme[readme.index("## Deploy to a cluster") :]
+    crds = "servicemonitors.monitoring.coreos.com prometheusrules.monitoring.coreos.com"
+    assert crds in section
+    assert section.index(crds) < section.index("kubectl apply -k")
 
 
 def test_the_walkthrough_creates_the_namespace_before_the_secrets() -> None:
