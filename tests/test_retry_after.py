@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from backends.base import Authenticated
 from backends.http import retry_after_seconds
-from backends.jwt import JWTBackend, JWTSettings
 from tests.support.fakes.issuer import JWKS_PATH, FakeIssuer
+from tests.support.jwt_backend import jwt_settings, running
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 CAP = 300.0
@@ -147,38 +148,6 @@ def issuer() -> Iterator[FakeIssuer]:
         fake.stop()
 
 
-def jwt_settings(issuer: FakeIssuer, **keys: Any) -> JWTSettings:
-    return JWTSettings.model_validate(
-        {
-            "name": "oidc",
-            "type": "jwt",
-            "issuer": {
-                "url": issuer.issuer,
-                "certificateAuthority": issuer.ca_pem,
-                "audiences": ["gateway"],
-            },
-            "claimMappings": {"username": {"claim": "sub", "prefix": ""}},
-            "keys": keys,
-            "timeouts": {"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.0},
-        }
-    )
-
-
-@pytest.fixture
-async def backend_factory() -> AsyncIterator[Any]:
-    started: list[JWTBackend] = []
-
-    async def start(settings: JWTSettings) -> JWTBackend:
-        backend = JWTBackend(settings)
-        started.append(backend)
-        await backend.start()
-        return backend
-
-    yield start
-    for backend in started:
-        await backend.close()
-
-
 async def until(condition: Any, seconds: float, what: str) -> float:
     started = time.monotonic()
     while not condition():
@@ -192,42 +161,33 @@ async def until(condition: Any, seconds: float, what: str) -> float:
     [(429, "315360000"), (503, "Fri, 01 Jan 2100 00:00:00 GMT")],
 )
 async def test_an_issuer_asking_for_ten_years_holds_key_fetches_back_only_to_the_cap(
-    issuer: FakeIssuer,
-    backend_factory: Any,
-    caplog: pytest.LogCaptureFixture,
-    status: int,
-    retry_after: str,
+    issuer: FakeIssuer, caplog: pytest.LogCaptureFixture, status: int, retry_after: str
 ) -> None:
     issuer.configure(status=status, retry_after=retry_after)
-    with caplog.at_level(logging.WARNING):
-        backend = await backend_factory(
-            jwt_settings(issuer, min_refresh_seconds=0.2, max_backoff_seconds=1.0)
-        )
-    assert backend.keys.current() is None
-    asked = issuer.stats().calls
-    assert asked >= 1
-    assert "waiting keys.max_backoff_seconds (1s) instead" in caplog.text
-    issuer.configure(status=None, retry_after=None)
-    # No review asks: the background refresh alone fetches again, after the cap.
-    took = await until(lambda: backend.keys.current() is not None, 3.0, "never refetched")
-    assert 0.5 <= took <= 2.0, took
-    assert issuer.path_calls(JWKS_PATH) == 1
-    token = issuer.mint(issuer.claims())
-    assert (await backend.authenticate(token)).__class__.__name__ == "Authenticated"
+    keys = {"min_refresh_seconds": 0.2, "max_backoff_seconds": 1.0}
+    caplog.set_level(logging.WARNING)
+    async with running(jwt_settings(issuer, keys=keys)) as backend:
+        assert backend.keys.current() is None
+        assert issuer.stats().calls >= 1
+        assert "waiting keys.max_backoff_seconds (1s) instead" in caplog.text
+        issuer.configure(status=None, retry_after=None)
+        # No review asks: the background refresh alone fetches again, after the cap.
+        took = await until(lambda: backend.keys.current() is not None, 3.0, "never refetched")
+        assert 0.5 <= took <= 2.0, took
+        assert issuer.path_calls(JWKS_PATH) == 1
+        outcome = await backend.authenticate(issuer.mint(issuer.claims()))
+        assert isinstance(outcome, Authenticated), outcome
 
 
-async def test_a_retry_after_within_the_cap_is_honoured_in_full(
-    issuer: FakeIssuer, backend_factory: Any
-) -> None:
+async def test_a_retry_after_within_the_cap_is_honoured_in_full(issuer: FakeIssuer) -> None:
     issuer.configure(status=429, retry_after=2)
-    backend = await backend_factory(
-        jwt_settings(issuer, min_refresh_seconds=0.2, max_backoff_seconds=30.0)
-    )
-    calls = issuer.stats().calls
-    issuer.configure(status=None, retry_after=None)
-    await asyncio.sleep(1.2)
-    # Asked for 2 s, more than the back-off's 0.2: nothing yet, a review included.
-    await backend.keys.refresh()
-    assert issuer.stats().calls == calls
-    took = await until(lambda: backend.keys.current() is not None, 3.0, "never refetched")
-    assert took <= 2.0, took
+    keys = {"min_refresh_seconds": 0.2, "max_backoff_seconds": 30.0}
+    async with running(jwt_settings(issuer, keys=keys)) as backend:
+        calls = issuer.stats().calls
+        issuer.configure(status=None, retry_after=None)
+        await asyncio.sleep(1.2)
+        # Asked for 2 s, more than the back-off's 0.2: nothing yet, a review included.
+        await backend.keys.refresh()
+        assert issuer.stats().calls == calls
+        took = await until(lambda: backend.keys.current() is not None, 3.0, "never refetched")
+        assert took <= 2.0, took

@@ -44,7 +44,8 @@ from backends.settings import (
 )
 from backends.shared import SharedBlobs
 
-from .keys import ASYMMETRIC_ALGS, MAX_JWKS_BYTES, KeyPolicy, KeySource
+from .jwks import ASYMMETRIC_ALGS, MAX_JWKS_BYTES
+from .keys import KeyPolicy, KeySource
 from .kube import ClaimRules, Issuer
 from .mapping import map_claims
 from .token import peek

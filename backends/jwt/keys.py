@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import jwt
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from backends.budget import CallBudget
@@ -40,16 +39,11 @@ from backends.flight import SingleFlight
 from backends.http import AnswerRefused, retry_after_seconds
 from backends.shared import SharedBlobs
 
+from .jwks import MAX_JWKS_BYTES, KeySet, UnusableJWKS, VerificationKey, parse_jwks
+
 log = logging.getLogger(__name__)
 
-# Asymmetric algorithms only: "none" and HMAC are never accepted, whatever the
-# token says (an HS256 token "signed" with the public key is the classic attack).
-RSA_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
-EC_ALGS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
-ASYMMETRIC_ALGS = frozenset((*RSA_ALGS, *EC_ALGS.values(), "EdDSA"))
-
 _MAX_AGE = re.compile(r"(?:^|,)\s*(?:s-)?max-age\s*=\s*\"?(\d+)")
-MAX_JWKS_BYTES = 512 * 1024
 # Names of the fleet-shared values (the gateway scopes them to the backend).
 _SHARED_SET = "jwks"
 _CLAIM = "jwks-fetch"
@@ -62,69 +56,6 @@ class FetchFailed(Exception):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
-
-
-@dataclass(frozen=True, slots=True)
-class VerificationKey:
-    kid: str | None
-    # What jwt.decode takes: a cryptography public key object.
-    key: Any
-    # The algorithms this key may verify; the token's "alg" must be one of them.
-    algorithms: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class KeySet:
-    keys: tuple[VerificationKey, ...]
-    fetched_at: float
-    # Past this the set is stale: still used, but only because no fetch succeeded.
-    fresh_until: float
-    # The JWKS document as fetched, for sharing with the fleet.
-    document: Any = None
-
-    def candidates(self, kid: str | None, alg: str) -> list[VerificationKey]:
-        return [k for k in self.keys if alg in k.algorithms and (kid is None or k.kid == kid)]
-
-    def knows(self, kid: str | None) -> bool:
-        return kid is None or any(k.kid == kid for k in self.keys)
-
-
-def parse_jwks(doc: Any) -> tuple[VerificationKey, ...]:
-    """The usable signature keys of a JWKS; symmetric and unknown keys are skipped."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
-        raise FetchFailed("JWKS is not an object with a keys list")
-    keys = []
-    for entry in doc["keys"]:
-        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
-            continue
-        algs = _algorithms_for(entry)
-        if not algs:
-            continue
-        try:
-            parsed = jwt.PyJWK(entry, algorithm=next(iter(sorted(algs))))
-        except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
-            continue
-        kid = entry.get("kid")
-        keys.append(VerificationKey(kid if isinstance(kid, str) else None, parsed.key, algs))
-    if not keys:
-        raise FetchFailed("JWKS has no usable signature keys")
-    return tuple(keys)
-
-
-def _algorithms_for(entry: dict[str, Any]) -> frozenset[str]:
-    """The key decides the algorithm: its own "alg", else what its type allows."""
-    kty, declared = entry.get("kty"), entry.get("alg")
-    if kty == "RSA":
-        allowed = frozenset(RSA_ALGS)
-    elif kty == "EC" and entry.get("crv") in EC_ALGS:
-        allowed = frozenset((EC_ALGS[entry["crv"]],))
-    elif kty == "OKP" and entry.get("crv") == "Ed25519":
-        allowed = frozenset(("EdDSA",))
-    else:
-        return frozenset()  # "oct" (HMAC) and anything unknown
-    if declared is None:
-        return allowed
-    return frozenset((declared,)) & allowed
 
 
 def max_age_seconds(response: httpx.Response) -> float | None:
@@ -326,7 +257,7 @@ class KeySource:
             record = json.loads(raw)
             fetched_at, fresh_until = float(record["fetched_at"]), float(record["fresh_until"])
             keys = parse_jwks(record["jwks"])
-        except (ValueError, KeyError, TypeError, FetchFailed):
+        except (ValueError, KeyError, TypeError, UnusableJWKS):
             return False
         current = self._set
         if current is not None and current.fetched_at >= fetched_at:
@@ -375,7 +306,10 @@ class KeySource:
             self._jwks_uri = None
         self._check_status(response, "JWKS")
         document = self._json(response, "JWKS")
-        keys = parse_jwks(document)
+        try:
+            keys = parse_jwks(document)
+        except UnusableJWKS as exc:
+            raise FetchFailed(str(exc)) from None
         self._last_document = document
         age = max_age_seconds(response)
         p = self._policy

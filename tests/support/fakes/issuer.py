@@ -90,6 +90,9 @@ class FakeIssuer(FakeIdP):
         # Opaque token -> its introspection answer (without "active").
         self.opaque: dict[str, dict[str, Any]] = {}
         self.client_credentials = ("gateway", "introspection-secret")
+        # Published after the real keys as they are: malformed entries, to test that
+        # one bad key costs only itself.
+        self.extra_jwks: list[Any] = []
         self.add_key("key-1")
 
     # ---- keys and tokens ------------------------------------------------------
@@ -108,7 +111,8 @@ class FakeIssuer(FakeIdP):
 
     def jwks(self) -> dict[str, Any]:
         with self._lock:
-            return {"keys": [self._keys[k].public_jwk() for k in self._published]}
+            published = [self._keys[k].public_jwk() for k in self._published]
+            return {"keys": [*published, *self.extra_jwks]}
 
     @property
     def issuer(self) -> str:
