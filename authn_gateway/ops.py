@@ -18,7 +18,14 @@ from .breaker.gate import CallGate, replica_view
 from .breaker.override import Override
 from .gateway import Gateway
 from .redis_link import REPLICA_ID
-from .revocation_api import BadRequest, Refusal, json_object, operator_name, revocation_routes
+from .revocation_api import (
+    BadRequest,
+    Refusal,
+    capped_body,
+    json_object,
+    operator_name,
+    revocation_routes,
+)
 
 
 def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
@@ -107,13 +114,13 @@ def admin_routes(
             return _refuse(400, "action must be force-open, force-closed or release")
         try:
             seconds, operator = _override_request(
-                await request.body(),
+                await capped_body(request),
                 action,
                 settings.override_default_seconds,
                 settings.override_max_seconds,
             )
         except BadRequest as exc:
-            return _refuse(400, str(exc))
+            return _refuse(exc.status, str(exc))
         caller = request.client.host if request.client else "unknown"
         previous = gate.state
         shared = await overrides.put(

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -26,7 +26,13 @@ MAX_OPERATOR = 64
 
 
 class BadRequest(ValueError):
-    pass
+    """A request the admin API refuses; ``str()`` is the message, naming the field."""
+
+    status = 400
+
+
+class TooLarge(BadRequest):
+    status = 413
 
 
 def _refuse(status: int, message: str) -> Response:
@@ -46,8 +52,28 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return doc
 
 
+async def capped_body(request: Request, limit: int = MAX_BODY) -> bytes:
+    """The body, never read past ``limit`` bytes: a declared Content-Length over it is
+    refused before a byte of the body is read, a chunked one once it passes the limit
+    (the edge then discards the rest, or closes the connection)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise TooLarge(f"body larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"body larger than {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise BadRequest("the client closed the connection before the body ended") from None
+    return b"".join(chunks)
+
+
 async def _body(request: Request) -> dict[str, Any]:
-    return json_object(await request.body())
+    return json_object(await capped_body(request))
 
 
 def operator_name(doc: dict[str, Any]) -> str | None:
@@ -100,7 +126,9 @@ def revocation_routes(
                 operator = operator_name(doc)
                 by = f"{operator or 'admin'}@{caller}"
                 action, subject, answer = await handler(request, doc, by)
-            except (BadRequest, BadSubject) as exc:
+            except BadRequest as exc:
+                return _refuse(exc.status, str(exc))
+            except BadSubject as exc:
                 return _refuse(400, str(exc))
             if audit_log is not None and subject is not None:
                 audit_log.action(

@@ -89,6 +89,27 @@ def test_a_token_id_that_looks_like_a_token_is_refused_without_echoing_it() -> N
     assert secret not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "near_miss",
+    [
+        "01cab284ec36\n",
+        "\n01cab284ec36",
+        "01cab284ec36 ",
+        "01CAB284EC36",
+        "01cab284ec3",
+        "01cab284ec36a",
+    ],
+)
+def test_a_token_id_must_be_exactly_twelve_lowercase_hex_digits(near_miss: str) -> None:
+    # Issue 29, finding 11: re.match with "$" took a trailing newline, answered "denied",
+    # and the entry matched nothing.
+    assert subjects.token_id("01cab284ec36").value == "01cab284ec36"
+    with pytest.raises(BadSubject, match="token_id: "):
+        subjects.token_id(near_miss)
+    with pytest.raises(BadSubject):
+        Subject.from_key(f"token:{near_miss}")
+
+
 def test_usernames_with_control_characters_are_refused() -> None:
     with pytest.raises(BadSubject):
         subjects.user("alice\nINFO forged log line")

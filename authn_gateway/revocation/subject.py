@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 Kind = Literal["user", "token"]
 
-TOKEN_ID = re.compile(r"^[0-9a-f]{12}$")
+TOKEN_ID = re.compile(r"[0-9a-f]{12}")
 MAX_USERNAME = 256
 
 
@@ -54,7 +54,8 @@ def user(name: str) -> Subject:
 
 
 def token_id(value: str) -> Subject:
-    if not TOKEN_ID.match(value):
+    # fullmatch: re.match's "$" also matches before a final newline ("01cab284ec36\n").
+    if not TOKEN_ID.fullmatch(value):
         # Never echo the value: an operator may paste a real token here by mistake.
         raise BadSubject("token_id: must be the 12 hex digits the review log shows, not a token")
     return Subject("token", value)
