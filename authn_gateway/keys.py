@@ -60,6 +60,13 @@ class TokenHasher:
         h.update(token.encode())
         return h.hexdigest()
 
+    def token_ids(self, token: str) -> tuple[str, ...]:
+        """The token's id under the current secret, then under each previous one: what a
+        token-id denial made before or during a rotation was made with."""
+        if not self.previous:
+            return (self.token_id(token),)
+        return (self.token_id(token), *(h.token_id(token) for h in self.previous))
+
     def sign(self, payload: bytes) -> bytes:
         """Signature for values stored outside the process (Redis)."""
         h = self._base.copy()

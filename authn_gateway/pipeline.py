@@ -107,8 +107,9 @@ class Pipeline:
             return Verdict(Rejected(reason), GATEWAY)
 
         deny = self.deny_list
-        # The token id is the one the review log shows: of the token as received.
-        if deny is not None and deny.denies_token(lambda: self.hasher.token_id(token)):
+        # The token id is the one the review log shows: of the token as received, under
+        # the current secret or a previous one (a denial made before a rotation).
+        if deny is not None and deny.denies_token(lambda: self.hasher.token_ids(token)):
             self.metrics.deny_hits.labels("token").inc()
             return Verdict(Rejected(DENIED), GATEWAY)
 

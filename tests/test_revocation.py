@@ -129,7 +129,7 @@ async def test_a_denied_user_is_refused_and_others_are_not(
     assert stored
     assert deny.denies_user("alice")
     assert not deny.denies_user("bob")
-    assert not deny.denies_token(lambda: "0123456789ab")
+    assert not deny.denies_token(lambda: ("0123456789ab",))
 
 
 @pytest.mark.parametrize("kind", ["memory", "file", "redis"])
@@ -138,9 +138,9 @@ async def test_a_denial_ends_after_its_seconds(kind: str, tmp_path: Path, link: 
     deny = DenyList(make_store(kind, tmp_path, link, clock), clock)
     await deny.add(TOKEN, 30, by="ops")
     clock.now += 29
-    assert deny.denies_token(lambda: "0123456789ab")
+    assert deny.denies_token(lambda: ("0123456789ab",))
     clock.now += 2
-    assert not deny.denies_token(lambda: "0123456789ab")
+    assert not deny.denies_token(lambda: ("0123456789ab",))
     await deny.refresh()
     assert deny.entries() == []
 
@@ -164,11 +164,42 @@ async def test_a_denial_survives_a_restart(kind: str, tmp_path: Path, link: Redi
     clock = Clock()
     await DenyList(make_store(kind, tmp_path, link, clock), clock).add(TOKEN, 60, by="ops")
     restarted = DenyList(make_store(kind, tmp_path, link, clock), clock)
-    assert not restarted.denies_token(lambda: "0123456789ab")
+    assert not restarted.denies_token(lambda: ("0123456789ab",))
     await restarted.refresh()
-    assert restarted.denies_token(lambda: "0123456789ab")
+    assert restarted.denies_token(lambda: ("0123456789ab",))
     [entry] = restarted.entries()
     assert (entry.subject, entry.by) == (TOKEN, "ops")
+
+
+@pytest.mark.parametrize("kind", ["file", "redis"])
+async def test_a_token_denied_under_a_previous_secret_is_denied_under_the_current_one_too(
+    kind: str, tmp_path: Path, link: RedisLink
+) -> None:
+    # Issue 29, finding 8: the check used the current secret's id only, so a rotation
+    # ended every token-id denial while the listing still showed it.
+    old, new = TokenHasher(b"old" * 11), TokenHasher(b"new" * 11, previous=[b"old" * 11])
+    token = "the-leaked-token"
+    assert new.token_ids(token) == (new.token_id(token), old.token_id(token))
+    clock = Clock()
+    before = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    await before.add(subjects.token_id(old.token_id(token)), 600, by="ops")
+    clock.now += 10
+
+    after = DenyList(make_store(kind, tmp_path, link, clock), clock)  # a replica on the new secret
+    await after.refresh()
+    assert not after.denies_token(lambda: (new.token_id(token),))  # the current id alone
+    assert after.denies_token(lambda: new.token_ids(token))
+    assert not after.denies_token(lambda: new.token_ids("another-token"))
+    # Carried to the current id, with the same end: it holds once the old secret is gone.
+    assert after.denies_token(lambda: (new.token_id(token),))
+    carried = {e.subject.value: e for e in after.entries()}
+    assert carried[new.token_id(token)].until == carried[old.token_id(token)].until
+    await after.refresh()  # and written to the store, for the other replicas
+    third = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    await third.refresh()
+    assert third.denies_token(lambda: (new.token_id(token),))
+    clock.now += 600
+    assert not third.denies_token(lambda: (new.token_id(token),))
 
 
 async def test_the_token_id_is_not_computed_while_no_token_is_denied(tmp_path: Path) -> None:
@@ -361,10 +392,10 @@ async def test_a_denial_and_its_lifting_reach_the_other_replica(link: RedisLink)
     try:
         answer = await a.deny(TOKEN, 120, by="ops")
         assert answer["stored_in"] == "redis" and answer["fleet"] is True
-        await eventually(lambda: b.deny_list.denies_token(lambda: "0123456789ab"))
+        await eventually(lambda: b.deny_list.denies_token(lambda: ("0123456789ab",)))
         lifted = await b.lift(TOKEN, by="ops2")
         assert lifted["was_denied"] is True
-        await eventually(lambda: not a.deny_list.denies_token(lambda: "0123456789ab"))
+        await eventually(lambda: not a.deny_list.denies_token(lambda: ("0123456789ab",)))
         assert [e["token_id"] for e in a.listing(0)["entries"]] == []
     finally:
         await a.close()

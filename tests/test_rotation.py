@@ -137,6 +137,94 @@ def test_rotation_step_by_step_during_an_idp_outage_keeps_known_users(
     assert 'role="previous"' not in text.split("authn_gateway_secret_info", 1)[1].split("#")[0]
 
 
+ADMIN_TOKEN = "rotation-admin-test-only-Zq3Xw8Lm5Nb2Vc7Kj4Hg9Fd1Sa6Pp0Oo"
+
+
+def denied(gw: GatewayProcess, token: str) -> bool:
+    status: dict[str, Any] = gw.review(token).json()["status"]
+    return not status.get("authenticated")
+
+
+def eventually_denied(gw: GatewayProcess, token: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not denied(gw, token):
+        assert time.monotonic() < deadline, f"{token} not denied on {gw.config_path.name}"
+        time.sleep(0.05)
+
+
+def deny_token_id(gw: GatewayProcess, token_id: str) -> None:
+    answer = httpx.post(
+        f"{gw.url}/admin/deny",
+        json={"token_id": token_id, "seconds": 3600, "by": "oncall"},
+        headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=10,
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def denied_ids(gw: GatewayProcess) -> set[str]:
+    listing = httpx.get(
+        f"{gw.url}/admin/deny", headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
+    ).json()
+    return {e["token_id"] for e in listing["entries"] if "token_id" in e}
+
+
+def test_a_token_id_denial_holds_through_every_step_of_a_rotation(
+    fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
+) -> None:
+    """Issue 29, finding 8: the deny check used the current secret's id only, so step 2
+    ended every token-id denial while the listing still showed it."""
+
+    def start(name: str, secret: str, previous: list[str] | None = None) -> GatewayProcess:
+        cfg = config(fake_idp, redis_server, secret, previous, 300)
+        cfg["admin"] = {"enabled": True, "token": ADMIN_TOKEN}
+        cfg["deny_list"] = {"sync_seconds": 0.2}
+        return gateway_factory(cfg, name=name)
+
+    carol, dave = "good-carol", "good-dave"
+    old_id, new_id = TokenHasher(OLD.encode()).token_id, TokenHasher(NEW.encode()).token_id
+    p, q = start("p", OLD), start("q", OLD)
+    for gw in (p, q):
+        authenticated(gw, carol)
+        authenticated(gw, dave)
+    deny_token_id(p, old_id(carol))  # the id the review log shows before the rotation
+    eventually_denied(p, carol)
+    eventually_denied(q, carol)
+
+    # Step 1: both accept the new secret; nothing changes for the denial.
+    for gw in (p, q):
+        gw.stop()
+    p, q = start("p-1", OLD, [NEW]), start("q-1", OLD, [NEW])
+    assert denied(p, carol) and denied(q, carol)
+
+    # Step 2, half-way: p writes with the new secret, q still with the old one.
+    p.stop()
+    p = start("p-2", NEW, [OLD])
+    assert old_id(carol) in denied_ids(p)
+    assert denied(p, carol), "the listing shows carol's id, and p let her in"
+    # p carried the denial to carol's new id, and it reached the store.
+    deadline = time.monotonic() + 5
+    while new_id(carol) not in denied_ids(q):
+        assert time.monotonic() < deadline, denied_ids(q)
+        time.sleep(0.05)
+    # A denial by the id p's review log now shows holds on q, still on the old secret.
+    deny_token_id(p, new_id(dave))
+    eventually_denied(q, dave)
+    assert not denied(q, "good-erin")
+    q.stop()
+    q = start("q-2", NEW, [OLD])
+    assert denied(q, carol) and denied(q, dave)
+
+    # Step 3: the old secret is dropped. Both tokens were seen on the new secret.
+    for gw in (p, q):
+        gw.stop()
+    p, q = start("p-3", NEW), start("q-3", NEW)
+    for gw in (p, q):
+        assert denied(gw, carol) and denied(gw, dave)
+        assert not denied(gw, "good-erin")
+    assert metric_value(metrics(p), "authn_gateway_deny_hits_total", kind="token") >= 2
+
+
 def test_the_new_secret_goes_into_previous_secrets_first(
     fake_idp: FakeIdP, redis_server: RedisServer, gateway_factory: Start
 ) -> None:

@@ -111,9 +111,21 @@ class DenyList:
 
     # The review path: set lookups only, and nothing at all while the list is empty.
 
-    def denies_token(self, token_id: Callable[[], str]) -> bool:
-        """Whether the token is denied; ``token_id`` is called only if any token is listed."""
-        return bool(self._tokens) and self._live(Subject("token", token_id()))
+    def denies_token(self, token_ids: Callable[[], tuple[str, ...]]) -> bool:
+        """Whether the token is denied under any of its ids, one per configured secret with
+        the current one first (``TokenHasher.token_ids``); called only if any token is
+        listed. A denial found under a previous secret's id is carried to the current
+        id, so it outlives that secret (docs/operations.md, "Rotate the gateway secret")."""
+        if not self._tokens:
+            return False
+        ids = token_ids()
+        for i, value in enumerate(ids):
+            entry = self._live_entry(Subject("token", value))
+            if entry is not None:
+                if i > 0:
+                    self._carry(entry, Subject("token", ids[0]))
+                return True
+        return False
 
     def denies_user(self, username: str) -> bool:
         return (
@@ -121,13 +133,29 @@ class DenyList:
         )
 
     def _live(self, subject: Subject) -> bool:
+        return self._live_entry(subject) is not None
+
+    def _live_entry(self, subject: Subject) -> DenyEntry | None:
         entry = self._entries.get(subject)
         if entry is None:
-            return False
+            return None
         if entry.until > self._clock():
-            return True
+            return entry
         self._set(dict(self._entries), drop=subject)  # expired: lifted by time
-        return False
+        return None
+
+    def _carry(self, entry: DenyEntry, current: Subject) -> None:
+        """Deny ``current`` (the same token's id under the current secret) until ``entry``
+        ends: in force here at once, in the store from the next refresh on (the review
+        path does not wait for a store)."""
+        if current in self._entries:
+            return
+        carried = DenyEntry(current, entry.until, entry.by, entry.since)
+        entries = dict(self._entries)
+        entries[current] = carried
+        self._set(entries)
+        self._unsaved[current] = carried
+        log.warning("deny list: a denied token's id under the current secret is denied too")
 
     # Operator actions.
 
