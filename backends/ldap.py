@@ -54,7 +54,15 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 from pydantic import Field, model_validator
 
-from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from .base import (
+    Authenticated,
+    Backend,
+    BackendConfigError,
+    Outcome,
+    Rejected,
+    Unavailable,
+    UserInfo,
+)
 from .budget import UNLIMITED, CallBudget
 from .http import TLSClientSettings
 from .registry import register
@@ -182,7 +190,21 @@ class LDAPSettings(BackendSettings):
         return self
 
     def build(self, budget: CallBudget = UNLIMITED) -> Backend:
+        if self.tls.ca_file is not None:
+            _check_ca_file(self.tls)
         return LDAPBackend(self)
+
+
+def _check_ca_file(tls: TLSClientSettings) -> None:
+    """Load ``tls.ca_file`` as the HTTP backends do (backends/http.py), so a missing file
+    is one config error line (ldap3's Tls raises its own exception, a traceback in
+    check-config) and a file with no certificate is refused at check-config, not found
+    at the first connection that cannot verify the server."""
+    try:
+        ssl.create_default_context(cafile=str(tls.ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
 
 
 # --- the token ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -328,6 +329,65 @@ def test_bind_password_comes_from_a_secret_file(service_password_file: Path) -> 
     assert isinstance(backend, LDAPSettings) and backend.bind_password is not None
     assert backend.bind_password.get_secret_value() == SERVICE_PASSWORD
     assert SERVICE_PASSWORD not in repr(backend)
+
+
+def test_an_empty_bind_password_is_refused_naming_the_field(tmp_path: Path) -> None:
+    # An LDAP simple bind with a DN and an empty password is an unauthenticated bind
+    # (RFC 4513 5.1.2): a missing Secret key would have bound as nobody.
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    for value in ("''", f"file:{empty}"):
+        with pytest.raises(ConfigError) as err:
+            parse_config(
+                _config(url="ldaps://dc1", bind_dn="cn=gw", bind_password=value, user_base="dc=x"),
+                "gw.yaml",
+            )
+        assert "backends[0].bind_password: must not be empty" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("contents", "reason"),
+    [
+        (None, "No such file or directory"),
+        (b"", "no certificate"),
+        (b"not a certificate\n", "no certificate"),
+        (b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "ca_file"),
+    ],
+    ids=["missing", "empty", "text", "broken-pem"],
+)
+def test_an_unusable_ca_file_is_one_line_from_check_config_and_serve(
+    tmp_path: Path, pki: tuple[CertificateAuthority, Path], contents: bytes | None, reason: str
+) -> None:
+    ca_file = tmp_path / "ca.pem"
+    if contents is not None:
+        ca_file.write_bytes(contents)
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        _config(url="ldaps://127.0.0.1:1", user_dn_template="uid={username}")
+        + f"    tls: {{ca_file: {ca_file}}}\n"
+    )
+    for command in (["check-config", str(config)], ["serve", "--config", str(config)]):
+        result = subprocess.run(
+            [sys.executable, "-m", "authn_gateway", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        out = result.stdout + result.stderr
+        assert result.returncode == 1, (command, out)
+        assert "Traceback" not in out, out
+        line = f"{config}: backends[0] (corp): tls.ca_file: cannot load {ca_file}"
+        assert line in result.stderr and reason in result.stderr, (command, out)
+    # The CA that signed the directory's certificate is accepted, as before.
+    ca_file.write_bytes(pki[0].cert.read_bytes())
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- users and groups, through the gateway ------------------------------------------
