@@ -7,6 +7,8 @@ import secrets
 from collections.abc import Sequence
 from hashlib import blake2b, sha256
 
+from backends.jws import canonical_spelling
+
 #: Bytes of a secret's key id (:attr:`TokenHasher.key_id`).
 KEY_ID_BYTES = 8
 
@@ -43,7 +45,13 @@ class TokenHasher:
         return self._secret
 
     def cache_key(self, backend: str, token: str, audiences: tuple[str, ...]) -> bytes:
-        """Key of one (backend, token, audiences) answer; 32 raw bytes."""
+        """Key of one (backend, token, audiences) answer; 32 raw bytes.
+
+        Of the token as sent, unlike :meth:`token_id`: an answer is for that exact
+        string. The jwt backend refuses a re-spelled JWT, and an entry shared between
+        spellings would accept from the cache what the backend refuses. An eviction
+        still reaches every spelling, through the entries' token ids.
+        """
         h = self._base.copy()
         # NUL cannot occur in a backend name and is rejected in tokens (pre-rejection),
         # so the fields cannot run into each other.
@@ -53,11 +61,13 @@ class TokenHasher:
     def token_id(self, token: str) -> str:
         """A short, stable id for correlating log lines: 12 hex digits of a keyed hash.
 
-        Keyed BLAKE2b is a MAC in one pass and several times cheaper than HMAC; this
-        runs on every review, cache hits included.
+        Of the credential, not of its spelling: a JWT is hashed in its one canonical
+        spelling (:func:`backends.jws.canonical_spelling`), so re-spelling a denied JWT
+        (``==`` on its signature) keeps its id. Keyed BLAKE2b is a MAC in one pass and
+        several times cheaper than HMAC; this runs on every review, cache hits included.
         """
         h = self._log_base.copy()
-        h.update(token.encode())
+        h.update(canonical_spelling(token).encode())
         return h.hexdigest()
 
     def token_ids(self, token: str) -> tuple[str, ...]:

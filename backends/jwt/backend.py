@@ -34,6 +34,7 @@ from backends.base import (
 )
 from backends.budget import UNLIMITED, CallBudget
 from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
+from backends.jws import is_canonical
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
@@ -200,6 +201,10 @@ class JWTBackend(Backend, Collector):
         parsed = peek(token)
         if parsed is None:
             return Rejected("not a JWT")
+        if not is_canonical(token):
+            # One JWT, one spelling (RFC 7515 section 2): a padded or otherwise
+            # re-spelled token would have a token id of its own.
+            return Rejected("JWT not in canonical base64url (padding or stray characters)")
         if parsed.issuer != self._issuer:
             return Rejected("issuer mismatch")
         alg = parsed.alg

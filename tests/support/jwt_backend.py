@@ -2,17 +2,23 @@
 
 For tests of one decision at a time (a claim rule, a key, a Retry-After) that need
 the real key fetch but not a gateway process: ``jwt_settings`` builds the entry,
-``running`` starts the backend (its first key fetch included) and closes it after.
+``running`` starts the backend (its first key fetch included) and closes it after;
+``InThread`` does the same on a loop of its own, for synchronous (hypothesis) tests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
+from backends.base import Outcome
 from backends.jwt import JWTBackend, JWTSettings
 from tests.support.fakes.issuer import FakeIssuer
+
+T = TypeVar("T")
 
 
 def jwt_settings(issuer: FakeIssuer, **overrides: Any) -> JWTSettings:
@@ -40,3 +46,27 @@ async def running(settings: JWTSettings) -> AsyncIterator[JWTBackend]:
         yield backend
     finally:
         await backend.close()
+
+
+class InThread:
+    """A started backend on an event loop of its own thread, for sync callers such as
+    hypothesis tests: ``call(token)`` is one ``authenticate`` on that loop."""
+
+    def __init__(self, settings: JWTSettings) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.backend = JWTBackend(settings)
+        self._run(self.backend.start())
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    def call(self, token: str) -> Outcome:
+        return self._run(self.backend.authenticate(token))
+
+    def close(self) -> None:
+        self._run(self.backend.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
