@@ -102,7 +102,7 @@ def _admin_token(args: argparse.Namespace) -> str | None:
         except OSError as exc:
             print(f"cannot read {args.token_file}: {exc.strerror}", file=sys.stderr)
             return None
-    return os.environ.get(TOKEN_ENV) or None
+    return os.environ.get(TOKEN_ENV, "").strip() or None
 
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
@@ -156,6 +156,8 @@ def cmd_admin(args: argparse.Namespace) -> int:
     sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
     if response.status_code >= 400:
         message = answer.get("message") if isinstance(answer, dict) else None
+        if response.status_code == 429 and "retry-after" in response.headers:
+            message = f"{message} (retry after {response.headers['retry-after']} s)"
         print(f"{method} {path}: HTTP {response.status_code}: {message}", file=sys.stderr)
         return 1
     return 0

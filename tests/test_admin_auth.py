@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -208,7 +210,18 @@ def test_guessing_over_one_connection_is_counted_and_stops_being_checked(
     with httpx.Client(base_url=ops, transport=transport, timeout=10) as operator:
         answer = operator.get("/admin/deny", headers={"authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 200, answer.text
-    # The guesser's own address, right token included, is still told to wait.
+    # The guesser's own address, right token included, is still told to wait; the CLI
+    # says for how long.
     throttled = httpx.get(f"{ops}/admin/deny", headers={"authorization": f"Bearer {TOKEN}"})
     assert throttled.status_code == 429
     assert 1 <= int(throttled.headers["retry-after"]) <= 6
+    cli = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "admin", "--url", ops, "denied"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AUTHN_GATEWAY_ADMIN_TOKEN": TOKEN},
+    )
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert "HTTP 429: too many failed admin authentications" in cli.stderr, cli.stderr
+    assert "(retry after " in cli.stderr, cli.stderr
