@@ -177,11 +177,12 @@ async def test_an_emptied_redis_is_noticed_within_a_second_not_at_the_next_count
 async def test_an_entry_read_from_redis_while_an_eviction_ran_is_neither_kept_nor_served(
     link: RedisLink,
 ) -> None:
-    # Found by the chaos runner (seed 9, issue 32): a review read a user's entry from
-    # Redis as an operator evicted the user; the answer came back after the eviction had
-    # swept this replica and was kept in its local tier, served fresh, and spread again
-    # by the write-back after a FLUSHALL. CLIENT PAUSE holds the read in Redis for 0.5 s
-    # while the eviction sweeps this replica's local tier.
+    # Issue 32: a review reads a user's entry from Redis as an operator evicts the user;
+    # the answer comes back after the eviction swept this replica and was kept in its
+    # local tier, served fresh, and spread again by the next write-back. (Looked for
+    # after a chaos report that turned out to be the runner's own mistake, warm-up
+    # reviews stamped on the run's clock; the race is real: this fails without the
+    # fix.) CLIENT PAUSE holds the read in Redis for 0.5 s while the eviction sweeps.
     writer, reader = store(link), store(link)
     await writer.put(b"alice", stale_identity("alice"))
     await link.client.execute_command("CLIENT", "PAUSE", 500, "ALL")

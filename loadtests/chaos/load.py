@@ -75,11 +75,12 @@ class Load:
         return "known", token, user
 
     async def warm(self) -> None:
-        """Every known user reviewed once on every replica, with the IdP healthy."""
+        """Every known user reviewed once on every replica, with the IdP healthy. Not
+        recorded: the run's clock (t0) starts after it."""
         for i in range(self.run.known_users):
             token, user = known_token(i)
             for slot, url in self.fleet.ready_urls():
-                await self._one(url, slot, "known", token, user)
+                await self._one(url, slot, "known", token, user, record=False)
 
     async def offer(self, until: float) -> None:
         """Send reviews at ``rate`` until ``until`` (seconds since t0)."""
@@ -107,7 +108,9 @@ class Load:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=15)
 
-    async def _one(self, url: str, slot: int, kind: str, token: str, user: str | None) -> None:
+    async def _one(
+        self, url: str, slot: int, kind: str, token: str, user: str | None, record: bool = True
+    ) -> None:
         sent = self.now()
         review = Review(sent, sent, slot, kind, user, None)
         try:
@@ -125,7 +128,8 @@ class Load:
         except httpx.HTTPError as exc:
             review.error = f"transport: {type(exc).__name__}"
         review.done = self.now()
-        self.reviews.append(review)
+        if record:
+            self.reviews.append(review)
 
     async def close(self) -> None:
         await self._client.aclose()
