@@ -5,6 +5,7 @@ fleet here; the seeded runs against a real fleet are in test_chaos_seeds.py."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,8 @@ from loadtests.chaos.faults import Applied
 from loadtests.chaos.idp import Call
 from loadtests.chaos.invariants import Checker, Replicas
 from loadtests.chaos.load import Review
+from loadtests.chaos.plot import plot, summary
+from loadtests.chaos.run import Outcome
 from loadtests.chaos.schedule import LANES, Fault, generate
 from loadtests.chaos.settings import RunSettings
 from loadtests.chaos.shrink import ddmin
@@ -121,3 +124,20 @@ def test_a_known_user_refused_is_caught_unless_the_idp_refused_them_first() -> N
     assert not checker(reviews).known_users_served().ok
     idp_said_no = Call(9.5, 9.6, 401, "known3", False)
     assert checker(reviews, [idp_said_no]).known_users_served().ok
+
+
+def test_a_run_is_summarised_and_drawn(tmp_path: Path) -> None:
+    fault = Fault(0, "idp_500", "idp", 2.0, 3.0)
+    outcome = Outcome(
+        RUN,
+        [fault],
+        applied=[Applied(fault, 2.0, 5.0)],
+        reviews=[served(t / 2, 0, "known1") for t in range(20)],
+        calls=[(t / 3, Call(t / 3, t / 3 + 0.01, 200, "known1", False)) for t in range(20)],
+        ended=10.0,
+    )
+    outcome.checks = checker(outcome.reviews).check_all()
+    doc = summary(outcome)
+    assert doc["seed"] == 1 and doc["per_second"]["known_served_share"][0] == 1.0, doc
+    plot(outcome, tmp_path / "run.png")
+    assert (tmp_path / "run.png").stat().st_size > 10_000

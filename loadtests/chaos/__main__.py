@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -57,8 +58,14 @@ def schedule_for(run: RunSettings, only: list[int] | None) -> list[Fault]:
     return faults
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    # As Ctrl-C: the run's cleanup stops every gateway and redis-server it started.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, _interrupted)
     run = RunSettings(
         seed=args.seed, duration=args.duration, replicas=args.replicas, rate=args.rate
     )
@@ -83,4 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: every process the run started was stopped", file=sys.stderr)
+        sys.exit(130)
