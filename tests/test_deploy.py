@@ -3,12 +3,8 @@ itself: ports, paths, selectors, the webhook kubeconfig and the kubeadm patch.""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,39 +237,6 @@ def test_sentinel_overlay_drains_one_redis_at_a_time_and_admits_only_its_peers()
     assert any(labels_match(s, pod_labels) for s in sources)
     assert {p["port"] for p in rule["ports"]} == {"redis", "sentinel"}
     assert redis["metadata"]["labels"]["app.kubernetes.io/name"] == "authn-gateway-redis"
-
-
-def _mounted_files(root: Path) -> None:
-    """What the Deployment mounts under /etc/authn-gateway, minted for the test."""
-    from tests.support.pki import issue, make_ca
-
-    server_ca, client_ca = make_ca("server-ca"), make_ca("client-ca")
-    (root / "tls").mkdir(parents=True)
-    (root / "client-ca").mkdir()
-    issue(server_ca, "authn-gateway", server=True).write(root / "tls", "tls")
-    (root / "client-ca" / "ca.crt").write_bytes(client_ca.cert_pem())
-
-
-def _check_config(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    # check-config reads the TLS files as serve does: give it the mounted files.
-    _mounted_files(tmp_path / "etc")
-    path = tmp_path / "gateway.yaml"
-    path.write_text(text.replace("/etc/authn-gateway/", f"{tmp_path}/etc/"))
-    return subprocess.run(
-        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        # What secret.example.yaml says to generate: head -c 32 /dev/urandom | base64
-        env={**os.environ, "AUTHN_GATEWAY_SECRET": base64.b64encode(os.urandom(32)).decode()},
-        timeout=60,
-    )
-
-
-@pytest.mark.parametrize("directory", GATEWAY_OVERLAYS)
-def test_shipped_config_passes_check_config(directory: str, tmp_path: Path) -> None:
-    cm = find(render(directory), "ConfigMap", "authn-gateway-config")
-    result = _check_config(cm["data"]["gateway.yaml"], tmp_path)
-    assert result.returncode == 0, result.stderr
 
 
 def test_secret_template_is_kept_out_of_the_kustomization() -> None:

@@ -143,7 +143,8 @@ BROKEN: list[tuple[str, str, str, Mutation, str]] = [
     ("base", "Deployment", "authn-gateway", _set(f"{POD}.topologySpreadConstraints.0.maxSkew", 0),
      "must be greater than zero"),
     ("base", "Deployment", "authn-gateway",
-     _set(f"{POD}.volumes.2.secret.items.0.path", "../ca.crt"), "must not contain '..'"),
+     _set(f"{POD}.volumes.2.secret.items", [{"key": "client-ca.crt", "path": "../ca.crt"}]),
+     "must not contain '..'"),
     # Pod Security "restricted", enforced in the namespace: the pods would be refused.
     ("base", "Deployment", "authn-gateway",
      _set(f"{CTR}.securityContext.allowPrivilegeEscalation", True),
