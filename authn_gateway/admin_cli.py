@@ -29,7 +29,10 @@ import orjson
 
 TOKEN_ENV = "AUTHN_GATEWAY_ADMIN_TOKEN"
 URL_ENV = "AUTHN_GATEWAY_ADMIN_URL"
-DEFAULT_URL = "http://127.0.0.1:8080"
+# The admin API is served on the ops listener (server.ops), port 9090 in deploy/ and the
+# reference config: what `kubectl port-forward deploy/authn-gateway 9090` reaches. A
+# gateway without server.ops serves it on its review port: give --url then.
+DEFAULT_URL = "http://127.0.0.1:9090"
 
 
 def add_parser(sub: Any) -> None:
@@ -43,7 +46,8 @@ def add_parser(sub: Any) -> None:
     admin.add_argument(
         "--url",
         default=os.environ.get(URL_ENV, DEFAULT_URL),
-        help=f"the gateway's base URL (default: ${URL_ENV} or {DEFAULT_URL})",
+        help=f"the gateway's ops listener (server.ops), or its review port when it has none "
+        f"(default: ${URL_ENV} or {DEFAULT_URL}, the ops port deploy/ uses)",
     )
     admin.add_argument("--token-file", type=Path, metavar="FILE", help="file holding admin.token")
     admin.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for an https URL")

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from backends.base import Authenticated, Outcome
+from backends.base import Authenticated, Outcome, Rejected
 
 from .logsink import sink_for
 
@@ -40,13 +40,15 @@ class AuditLog:
         stale: bool,
     ) -> None:
         user = outcome.user if isinstance(outcome, Authenticated) else None
+        # A refused user is named when a backend named them (the deny list's refusals).
+        refused = outcome.username if isinstance(outcome, Rejected) else None
         doc = {
             "time": round(time.time(), 3),
             "msg": "audit",
             "caller": caller,
             "backend": backend,
             "outcome": answer,
-            "username": user.username if user else None,
+            "username": user.username if user else refused,
             "groups": list(user.groups) if user else None,
             "token": token_id,
             "stale": stale,

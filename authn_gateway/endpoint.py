@@ -205,7 +205,11 @@ class ReviewEndpoint:
             return body
         token_id = self.gateway.hasher.token_id(review.token)
         if self.review_log is not None:
-            user = outcome.user.username if isinstance(outcome, Authenticated) else None
+            user = (
+                outcome.user.username
+                if isinstance(outcome, Authenticated)
+                else getattr(outcome, "username", None)  # a denied user
+            )
             self.review_log.write(
                 token=token_id,
                 answer=answer,

@@ -128,7 +128,7 @@ class Pipeline:
             and isinstance(outcome, Authenticated)
             and deny.denies_user(outcome.user.username)
         ):
-            # Whatever the IdP or the cache said.
+            # Whatever the IdP or the cache said. The logs name whom it refused.
             self.metrics.deny_hits.labels("user").inc()
-            return Verdict(Rejected(DENIED), verdict.backend)
+            return Verdict(Rejected(DENIED, username=outcome.user.username), verdict.backend)
         return verdict

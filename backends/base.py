@@ -70,6 +70,9 @@ class Rejected:
     # For logs only; kube-apiserver gets a bare "authenticated: false".
     reason: str
     cause: RejectionCause = "idp"
+    # The user refused, when the refusal came after a backend named one (the deny list
+    # refusing a user the IdP authenticated): for the review and audit logs only.
+    username: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from authn_gateway import __version__
 from tests.support.procs import free_port, wait_for_port
@@ -107,3 +108,27 @@ def test_serve_runs_the_embedded_default_with_demo_tokens() -> None:
     # uvicorn re-raises the SIGTERM after a clean shutdown, so the exit status is -15.
     assert proc.returncode in (0, -15)
     assert b"Application shutdown complete" in output
+
+
+def test_admin_defaults_to_the_ops_port_deploy_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from urllib.parse import urlsplit
+
+    from authn_gateway import admin_cli
+    from authn_gateway.cli import _parser
+    from tests.support.kustomize import config_of, render
+
+    monkeypatch.delenv(admin_cli.URL_ENV, raising=False)
+    args = _parser().parse_args(["admin", "denied"])
+    assert args.url == "http://127.0.0.1:9090"
+    # The port kubectl port-forward reaches in the documented deployment: the ops port.
+    for overlay in ("base", "overlays/redis", "overlays/redis-sentinel"):
+        assert urlsplit(args.url).port == config_of(render(overlay))["server"]["ops"]["port"]
+    # A gateway without server.ops serves the admin API on its review port: say so.
+    monkeypatch.setenv(admin_cli.URL_ENV, "http://127.0.0.1:8080")
+    assert _parser().parse_args(["admin", "denied"]).url == "http://127.0.0.1:8080"
+    assert (
+        _parser().parse_args(["admin", "--url", "http://10.0.0.5:9091", "denied"]).url
+        == "http://10.0.0.5:9091"
+    )
+    help_text = run_cli("admin", "--help").stdout
+    assert "server.ops" in help_text and "9090" in help_text

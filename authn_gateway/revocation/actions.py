@@ -128,7 +128,8 @@ class Revocations:
             self._metrics.evicted_entries.labels("shared").inc(evicted.shared)
 
     def _done(self, action: str, subject: Subject, by: str, answer: dict[str, Any]) -> None:
-        log.warning("admin: %s %s by %s", action, subject.kind, by)
+        # Whom: "user:mallory" or "token:3f2a9c01b7de" (a token's id, never the token).
+        log.warning("admin: %s %s by %s", action, subject.key, by)
         if self._metrics is not None:
             self._metrics.admin_actions.labels(action).inc()
             self._metrics.deny_entries.set(len(self.deny_list.entries()))
