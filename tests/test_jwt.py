@@ -148,7 +148,6 @@ def test_forged_and_invalid_tokens_are_refused_without_asking_the_issuer(
     bad = {
         "expired": issuer.mint(good_claims(issuer, exp=now - 3600, iat=now - 7200)),
         "not yet valid": issuer.mint(good_claims(issuer, nbf=now + 3600)),
-        "issued in the future": issuer.mint(good_claims(issuer, iat=now + 3600)),
         "no exp": issuer.mint({k: v for k, v in good_claims(issuer).items() if k != "exp"}),
         "wrong audience": issuer.mint(good_claims(issuer, aud="someone-else")),
         "wrong issuer": issuer.mint(good_claims(issuer, iss=issuer.issuer + "/other")),

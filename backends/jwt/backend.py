@@ -15,7 +15,7 @@ import contextlib
 import ssl
 import time
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 import jwt
@@ -30,7 +30,6 @@ from backends.base import (
     Outcome,
     Rejected,
     Unavailable,
-    UserInfo,
 )
 from backends.budget import UNLIMITED, CallBudget
 from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
@@ -45,11 +44,12 @@ from backends.settings import (
 )
 from backends.shared import SharedBlobs
 
+from . import idtoken
 from .jwks import ASYMMETRIC_ALGS, MAX_JWKS_BYTES
 from .keys import KeyPolicy, KeySource
 from .kube import ClaimRules, Issuer
 from .mapping import map_claims
-from .token import peek
+from .token import Unverified, peek
 
 METRIC_PREFIX = "authn_gateway"
 
@@ -77,8 +77,9 @@ class JWTSettings(BackendSettings, ClaimRules):
     type: Literal["jwt"]
     issuer: Issuer
     keys: KeyFetchSettings = Field(default_factory=KeyFetchSettings)
-    # Allowed clock difference for exp, nbf and iat.
-    clock_skew_seconds: float = Field(default=60.0, ge=0, le=600)
+    # How far ahead nbf may be: kube's one minute by default. exp has no leeway and
+    # iat is not checked, as in kube (docs/backends/jwt.md).
+    clock_skew_seconds: float = Field(default=idtoken.KUBE_NBF_LEEWAY_SECONDS, ge=0, le=600)
     # JWTs with many groups (Azure AD, Keycloak) run past the gateway's 4096 default.
     token_rules: TokenRules = Field(default_factory=lambda: TokenRules(max_length=16384))
     pool: PoolSettings = Field(default_factory=PoolSettings)
@@ -114,13 +115,8 @@ def issuer_client(settings: JWTSettings) -> httpx.AsyncClient:
     )
 
 
+# What PyJWT can still refuse once the claims are ours: the header and the signature.
 _REASONS: tuple[tuple[type[Exception], str], ...] = (
-    (jwt.ExpiredSignatureError, "token expired"),
-    (jwt.ImmatureSignatureError, "token not yet valid"),
-    (jwt.InvalidAudienceError, "audience not accepted"),
-    (jwt.InvalidIssuerError, "issuer mismatch"),
-    (jwt.InvalidIssuedAtError, "bad iat claim"),
-    (jwt.MissingRequiredClaimError, "required claim missing"),
     (jwt.InvalidAlgorithmError, "algorithm not allowed"),
     (jwt.DecodeError, "malformed token"),
 )
@@ -151,6 +147,7 @@ class JWTBackend(Backend, Collector):
         self._issuer = settings.issuer.url
         self._audiences = list(settings.issuer.audiences)
         self._client = client or issuer_client(settings)
+        self._clock = clock
         k = settings.keys
         self.keys = KeySource(
             self._issuer,
@@ -195,7 +192,7 @@ class JWTBackend(Backend, Collector):
     def could_accept(self, token: str) -> bool:
         # Unverified, only to route: the signature check decides.
         parsed = peek(token)
-        return parsed is not None and parsed.issuer == self._issuer
+        return parsed is not None and self._issued_here(parsed)
 
     async def authenticate(self, token: str) -> Outcome:
         parsed = peek(token)
@@ -205,11 +202,11 @@ class JWTBackend(Backend, Collector):
             # One JWT, one spelling (RFC 7515 section 2): a padded or otherwise
             # re-spelled token would have a token id of its own.
             return Rejected("JWT not in canonical base64url (padding or stray characters)")
-        if parsed.issuer != self._issuer:
+        if not self._issued_here(parsed):
             return Rejected("issuer mismatch")
         alg = parsed.alg
         if alg not in ASYMMETRIC_ALGS:
-            # "none", HMAC and unknown algorithms, before any key is looked at.
+            # "none", HMAC, EdDSA and unknown algorithms, before any key is looked at.
             return Rejected("algorithm not allowed")
         kid = parsed.kid
 
@@ -230,15 +227,8 @@ class JWTBackend(Backend, Collector):
         claims = None
         for key in candidates:
             try:
-                claims = jwt.decode(
-                    token,
-                    key.key,
-                    algorithms=[alg],
-                    audience=self._audiences,
-                    issuer=self._issuer,
-                    leeway=self._s.clock_skew_seconds,
-                    options={"require": ["exp", "iss", "aud"]},
-                )
+                # The signature only: the claims are checked below as kube checks them.
+                claims = jwt.decode(token, key.key, algorithms=[alg], options=_SIGNATURE_ONLY)  # type: ignore[arg-type]
                 break
             except jwt.InvalidSignatureError:
                 continue
@@ -246,12 +236,43 @@ class JWTBackend(Backend, Collector):
                 return Rejected(_reason(exc))
         if claims is None:
             return Rejected("bad signature")
-        user = map_claims(self._s, claims)
+        problem = idtoken.refusal(
+            claims,
+            issuer=self._issuer,
+            audiences=self._audiences,
+            now=self._clock(),
+            nbf_leeway=self._s.clock_skew_seconds,
+            groups_claim=self._s.claim_mappings.groups.claim
+            if self._s.claim_mappings.groups
+            else None,
+        )
+        if problem is not None:
+            return Rejected(problem)
+        user = map_claims(self._s, claims, credential_id=True)
         if isinstance(user, Rejected):
             return user
-        return _authenticated(user, claims.get("exp"))
+        return Authenticated(user, expires_at=float(idtoken.expiry(claims)))
+
+    def _issued_here(self, parsed: Unverified) -> bool:
+        """oidc.go ``hasCorrectIssuer``: the unverified ``iss``, as Go reads it (a
+        string, its key matched case-insensitively), Google's legacy one coalesced."""
+        try:
+            iss = idtoken.unverified_issuer(parsed.claims)
+        except idtoken.Malformed:
+            return False
+        return iss == self._issuer
 
 
-def _authenticated(user: UserInfo, exp: object) -> Authenticated:
-    expires = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
-    return Authenticated(user, expires_at=expires)
+# PyJWT checks the signature and the header (alg, kid, crit); every claim rule is
+# kube's, in backends.jwt.idtoken.
+_SIGNATURE_ONLY: dict[str, Any] = {
+    "verify_signature": True,
+    "verify_exp": False,
+    "verify_nbf": False,
+    "verify_iat": False,
+    "verify_aud": False,
+    "verify_iss": False,
+    "verify_sub": False,
+    "verify_jti": False,
+    "require": [],
+}

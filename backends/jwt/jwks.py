@@ -15,11 +15,13 @@ from typing import Any
 
 import jwt
 
-# Asymmetric algorithms only: "none" and HMAC are never accepted, whatever the
-# token says (an HS256 token "signed" with the public key is the classic attack).
+# kube-apiserver's list (oidc.go allowedSigningAlgs, all of them allowed with an
+# AuthenticationConfiguration): RSA and ECDSA. "none" and HMAC are never accepted,
+# whatever the token says (an HS256 token "signed" with the public key is the classic
+# attack), and neither is EdDSA, which kube refuses.
 RSA_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 EC_ALGS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
-ASYMMETRIC_ALGS = frozenset((*RSA_ALGS, *EC_ALGS.values(), "EdDSA"))
+ASYMMETRIC_ALGS = frozenset((*RSA_ALGS, *EC_ALGS.values()))
 
 MAX_JWKS_BYTES = 512 * 1024
 
@@ -104,10 +106,8 @@ def _algorithms_for(entry: dict[str, Any]) -> frozenset[str]:
         allowed = frozenset(RSA_ALGS)
     elif kty == "EC" and crv in EC_ALGS:
         allowed = frozenset((EC_ALGS[crv],))
-    elif kty == "OKP" and crv == "Ed25519":
-        allowed = frozenset(("EdDSA",))
     else:
-        return frozenset()  # "oct" (HMAC) and anything unknown
+        return frozenset()  # "oct" (HMAC), "OKP" (EdDSA) and anything unknown
     if declared is None:
         return allowed
     return frozenset((declared,)) & allowed

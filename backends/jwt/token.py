@@ -1,7 +1,8 @@
 """A JWT's unverified parts, for routing and key selection only.
 
-Nothing read here is trusted: the header picks a key and the ``iss`` claim picks a
-backend; the signature check in :mod:`backends.jwt.backend` decides.
+Nothing read here is trusted: the header picks a key and the ``iss`` claim (read as
+kube reads it, :func:`backends.jwt.idtoken.unverified_issuer`) picks a backend; the
+signature check in :mod:`backends.jwt.backend` decides.
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ class Unverified:
     def kid(self) -> str | None:
         kid = self.header.get("kid")
         return kid if isinstance(kid, str) else None
-
-    @property
-    def issuer(self) -> str | None:
-        iss = self.claims.get("iss")
-        return iss if isinstance(iss, str) else None
 
 
 def _segment(text: str) -> dict[str, Any] | None:

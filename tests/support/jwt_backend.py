@@ -21,8 +21,11 @@ from tests.support.fakes.issuer import FakeIssuer
 T = TypeVar("T")
 
 
-def jwt_settings(issuer: FakeIssuer, **overrides: Any) -> JWTSettings:
-    """A kube ``jwt`` entry for ``issuer``: audience "gateway", username from ``sub``."""
+def jwt_settings(
+    issuer: FakeIssuer, issuer_fields: dict[str, Any] | None = None, **overrides: Any
+) -> JWTSettings:
+    """A kube ``jwt`` entry for ``issuer``: audience "gateway", username from ``sub``;
+    ``issuer_fields`` go into its ``issuer:`` block, ``overrides`` at the top."""
     entry: dict[str, Any] = {
         "name": "oidc",
         "type": "jwt",
@@ -30,6 +33,7 @@ def jwt_settings(issuer: FakeIssuer, **overrides: Any) -> JWTSettings:
             "url": issuer.issuer,
             "certificateAuthority": issuer.ca_pem,
             "audiences": ["gateway"],
+            **(issuer_fields or {}),
         },
         "claimMappings": {"username": {"claim": "sub", "prefix": ""}},
         "timeouts": {"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.0},

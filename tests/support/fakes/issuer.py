@@ -6,9 +6,10 @@
   :attr:`FakeIssuer.opaque`, for clients that present :attr:`client_credentials`
   with HTTP Basic or in the form;
 * :meth:`FakeIssuer.mint` signs tokens with any key it holds, published or not, with
-  any header (``alg: none``, HS256 with the public key, a tampered payload...).
+  any header (``alg: none``, HS256 with the public key, a tampered payload...);
+  :meth:`FakeIssuer.mint_raw` signs a payload given as bytes (odd keys, any types).
 
-Keys are real RSA and EC keys; rotation is :meth:`add_key` / :meth:`retire_key`.
+Keys are real RSA, EC and Ed25519 keys; rotation is :meth:`add_key` / :meth:`retire_key`.
 TLS uses a CA minted at start (:attr:`ca_pem` is what goes in the gateway's
 ``issuer.certificateAuthority``). Faults are the fake IdP's (:class:`Faults`: latency,
 status, hang, refuse), applied to discovery and JWKS alike; :meth:`stats` counts
@@ -34,7 +35,7 @@ from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from ..pki import issue, make_ca
 from .idp import FakeIdP, _json, injected_fault
@@ -60,6 +61,8 @@ class SigningKey:
 def new_key(kid: str, alg: str = "RS256") -> SigningKey:
     if alg.startswith(("RS", "PS")):
         return SigningKey(kid, alg, rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    if alg == "EdDSA":
+        return SigningKey(kid, alg, ed25519.Ed25519PrivateKey.generate())
     curves = {"ES256": ec.SECP256R1(), "ES384": ec.SECP384R1()}
     return SigningKey(kid, alg, ec.generate_private_key(curves[alg]))
 
@@ -135,6 +138,25 @@ class FakeIssuer(FakeIdP):
         return jwt.encode(
             claims, key.private, algorithm=alg or key.alg, headers={"kid": kid, **(headers or {})}
         )
+
+    def mint_raw(
+        self,
+        payload: bytes,
+        kid: str | None = "key-1",
+        alg: str | None = None,
+        headers: dict[str, Any] | None = None,
+        signing_kid: str | None = None,
+    ) -> str:
+        """A token whose payload is exactly ``payload`` (duplicate or odd keys, any JSON
+        type anywhere), signed by ``signing_kid`` (default ``kid``) with ``alg``."""
+        key = self._keys[signing_kid or kid or "key-1"]
+        algorithm = alg or key.alg
+        header: dict[str, Any] = {"alg": algorithm, "typ": "JWT", **(headers or {})}
+        if kid is not None:
+            header.setdefault("kid", kid)
+        signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(payload)}"
+        signature = jwt.get_algorithm_by_name(algorithm).sign(signing_input.encode(), key.private)
+        return f"{signing_input}.{_b64(signature)}"
 
     def mint_unsigned(self, claims: dict[str, Any], kid: str = "key-1") -> str:
         """``alg: none``: header and payload, empty signature."""
