@@ -815,33 +815,61 @@ def print_table(rows: list[tuple[str, ...]]) -> str:
 # ---- plot ----------------------------------------------------------------------------
 
 
+#: Line style by mode: the gateway solid, the pass-through webhook (the naive reference,
+#: one IdP call per review) dotted; colour says what is drawn.
+MODE_STYLES = {"gateway": "-", "pass-through": ":"}
+ANSWER_COLORS = {"authenticated": "tab:green", "rejected": "tab:orange", "unavailable": "tab:red"}
+
+
 def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
+    fig = figure(scenario, results)
+    # "tight" takes in the legends and the fault labels, which sit outside the axes.
+    fig.savefig(path, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    _shrink(path)
+
+
+def _legend(ax: Any, handles: list[Any] | None = None, ncol: int = 1) -> Any:
+    """A legend beside the panel, never over its data."""
+    kwargs: dict[str, Any] = {"handles": handles} if handles is not None else {}
+    return ax.legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, ncol=ncol,
+        **kwargs,
+    )  # fmt: skip
+
+
+def _mode_handles(results: list[Result]) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    names = {"gateway": "gateway", "pass-through": "pass-through (naive webhook)"}
+    return [
+        Line2D([], [], color="grey", ls=MODE_STYLES[r.mode], label=names[r.mode]) for r in results
+    ]
+
+
+def figure(scenario: Scenario, results: list[Result]) -> Any:
+    """The run's panels: answers by outcome for each mode, IdP calls, the breaker,
+    latency (and known users, or the IdP's queue); faults marked on every panel and
+    named above the first; each legend beside its panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     known = scenario.known_served_target is not None
     panels = 5 if scenario.capacity is not None or known else 4
-    fig, axes = plt.subplots(panels, 1, figsize=(8, 9 + 2 * (panels - 4)), sharex=True, dpi=80)
-    colors = {"authenticated": "tab:green", "rejected": "tab:orange", "unavailable": "tab:red"}
-    styles = {"gateway": "-", "pass-through": ":"}
+    fig, axes = plt.subplots(panels, 1, figsize=(9, 9 + 2 * (panels - 4)), sharex=True, dpi=80)
     for res in results:
         rows = res.timeline.get("rows", [])
         t = [r["t"] - res.started + 0.5 for r in rows]
-        ls = styles[res.mode]
-        axes[0].plot(
-            t,
-            [r["attempts"] for r in rows],
-            ls,
-            color="black",
-            label=f"offered (HTTP attempts/s), {res.mode}",
-        )
-        if res.mode == "gateway":
-            for answer, color in colors.items():
-                axes[0].plot(
-                    t, [r["answers"].get(answer, 0) for r in rows], ls, color=color, label=answer
-                )
+        ls = MODE_STYLES[res.mode]
+        axes[0].plot(t, [r["attempts"] for r in rows], ls, color="black")
+        # Both sides' answers: what kube-apiserver got with the gateway, and without.
+        for answer, color in ANSWER_COLORS.items():
+            axes[0].plot(t, [r["answers"].get(answer, 0) for r in rows], ls, color=color)
         ts, rs = rates(res.samples, res.started)
         axes[1].plot(
             ts, rs, ls, color="tab:blue" if res.mode == "gateway" else "tab:purple", label=res.mode
@@ -864,7 +892,7 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
             )
         axes[3].plot(t, [r["p50_ms"] for r in rows], ls, color="tab:blue", label=f"p50 {res.mode}")
         axes[3].plot(t, [r["p99_ms"] for r in rows], ls, color="tab:red", label=f"p99 {res.mode}")
-        if panels == 5 and res.mode == "gateway":
+        if panels == 5 and res.mode == "gateway" and scenario.capacity is not None:
             st = [x.t - res.started for x in res.samples]
             axes[4].plot(
                 st, [x.idp_queued for x in res.samples], color="tab:red", label="IdP queue"
@@ -883,16 +911,19 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
                     st, [x.in_flight for x in res.samples], color="tab:blue", label="in flight"
                 )
     axes[0].set_ylabel("reviews/s")
-    axes[0].legend(fontsize=7, loc="upper right", ncol=2)
+    outcome_handles = [Line2D([], [], color="black", label="offered (HTTP attempts/s)")] + [
+        Line2D([], [], color=color, label=answer) for answer, color in ANSWER_COLORS.items()
+    ]
+    _legend(axes[0], outcome_handles + _mode_handles(results))
     axes[1].set_ylabel("IdP calls/s")
     axes[1].set_yscale("symlog", linthresh=1)
-    axes[1].legend(fontsize=7, loc="upper right")
+    _legend(axes[1])
     axes[2].set_ylabel("breaker")
     axes[2].set_yticks([0, 1, 2], ["closed", "half-open", "open"])
     axes[2].set_ylim(-0.3, 2.3)
     axes[3].set_ylabel("latency ms")
     axes[3].set_yscale("log")
-    axes[3].legend(fontsize=7, loc="upper right", ncol=2)
+    _legend(axes[3])
     if known:
         assert scenario.known_served_target is not None
         axes[4].axhline(
@@ -900,26 +931,35 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
         )
         axes[4].set_ylabel("known users %")
         axes[4].set_ylim(-5, 105)
-        axes[4].legend(fontsize=7, loc="lower left")
+        _legend(axes[4])
     if scenario.capacity is not None:
         axes[4].set_ylabel("calls")
         axes[4].set_yscale("symlog", linthresh=10)
-        axes[4].legend(fontsize=7, loc="upper right", ncol=4)
+        _legend(axes[4])
     axes[-1].set_xlabel("seconds")
     gw = next((r for r in results if r.mode == "gateway"), results[0])
     for ax in axes:
         ax.grid(alpha=0.3)
         for at, _label in gw.marks:
             ax.axvline(at, color="grey", ls="--", lw=0.8)
+    # Fault names above the first panel, clear of its data; a second row when two marks
+    # are close enough for their names to touch.
+    span = max((r.duration for r in results), default=1.0) or 1.0
+    previous = -float("inf")
+    row = 0
     for at, label in gw.marks:
+        row = 1 - row if at - previous < 0.2 * span else 0
+        previous = at
         axes[0].annotate(
             label,
-            (at, 1),
+            (at, 1.0),
+            xytext=(2, 2 + 10 * row),
+            textcoords="offset points",
             xycoords=("data", "axes fraction"),
             fontsize=7,
-            rotation=0,
-            va="top",
+            va="bottom",
             ha="left",
+            annotation_clip=False,
         )
     factor = protection_factor(results)
     per_review = protection_factor(results, per_review=True)
@@ -933,10 +973,9 @@ def plot(scenario: Scenario, results: list[Result], path: Path) -> None:
         if during is not None:
             title += f", {during:.0f}x during the faults"
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    _shrink(path)
+    # Room between the title and the fault names above the first panel.
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
 
 
 def _shrink(path: Path) -> None:

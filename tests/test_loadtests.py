@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -502,3 +503,76 @@ def test_the_passthrough_webhook_calls_the_idp_for_every_review(
         assert fake_idp.calls == 9  # every one of them, breaker or not
     finally:
         naive.stop()
+
+
+def _synthetic_run(mode: str, seconds: int = 40) -> Any:
+    """A run's result shaped as run_once records it: one timeline row and two samples a
+    second, the IdP down from 12 s to 28 s (idp-outage's steps)."""
+    from loadtests.run import Result, Sample
+
+    down = range(12, 28)
+    rows = [
+        {
+            "t": 1000.0 + s,
+            "attempts": 400,
+            "answers": {
+                "authenticated": 360 if mode == "gateway" or s not in down else 0,
+                "rejected": 40,
+                "unavailable": (20 if mode == "gateway" else 360) if s in down else 0,
+            },
+            "statuses": {"200": 400},
+            "p50_ms": 5.0,
+            "p99_ms": 20.0,
+        }
+        for s in range(seconds)
+    ]
+    calls = 0
+    samples = []
+    for half in range(2 * seconds):
+        calls += (
+            0 if mode == "gateway" and half // 2 in down else (10 if mode == "gateway" else 200)
+        )
+        breaker = "open" if mode == "gateway" and half // 2 in down else "closed"
+        samples.append(Sample(1000.0 + half / 2, calls, breaker, 0.0, 0.0, 0.0))
+    marks = [(12.0, "IdP down (500)"), (28.0, "IdP back")]
+    return Result(mode, 1000.0, float(seconds), {"rows": rows}, samples, {}, marks)
+
+
+def test_the_plot_keeps_legends_and_fault_names_off_the_data_and_shows_both_sides() -> None:
+    from matplotlib.transforms import Bbox
+
+    from loadtests.run import ANSWER_COLORS, figure
+    from loadtests.scenarios import SCENARIOS
+
+    scenario = SCENARIOS["idp-outage"]
+    fig = figure(scenario, [_synthetic_run("gateway"), _synthetic_run("pass-through")])
+    renderer = fig.canvas.get_renderer()
+    axes = fig.get_axes()
+    plotted = [Bbox(ax.get_window_extent(renderer)) for ax in axes]
+    legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None]
+    assert len(legends) >= 3
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        overlaps = [i for i, area in enumerate(plotted) if box.overlaps(area)]
+        assert overlaps == [], f"legend {[t.get_text() for t in legend.get_texts()]} on {overlaps}"
+    names = [a for a in axes[0].texts if a.get_text() in ("IdP down (500)", "IdP back")]
+    assert len(names) == 2
+    for name in names:
+        box = name.get_window_extent(renderer)
+        # Above the first panel, not on its data, and clear of every legend.
+        assert box.y0 >= plotted[0].y1 - 1, (name.get_text(), box, plotted[0])
+        for legend in legends:
+            assert not box.overlaps(legend.get_window_extent(renderer)), name.get_text()
+    # Answers by outcome for both sides: each colour drawn solid (gateway) and dotted
+    # (the pass-through webhook), and the legend says which style is which.
+    drawn = {(line.get_color(), line.get_linestyle()) for line in axes[0].get_lines()}
+    from matplotlib.colors import to_hex
+
+    drawn = {(to_hex(color), style) for color, style in drawn}
+    for color in ANSWER_COLORS.values():
+        assert {(to_hex(color), "-"), (to_hex(color), ":")} <= drawn, (color, drawn)
+    labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    assert "gateway" in labels and "pass-through (naive webhook)" in labels, labels
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
