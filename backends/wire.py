@@ -14,6 +14,8 @@ What the wrappers above rely on is kept:
 - aiohttp's own resend of an idempotent request after a drop is turned off
   (:func:`_never_resend`): :class:`~backends.http.ResendIfDropped` makes the one
   resend there is, on a pooled connection only, paid from the call budget;
+- a connection is reused only when its last answer arrived whole and nothing came
+  after it (:mod:`backends.one_answer`): an answer belongs to exactly one request;
 - the request's ``trace`` extension gets httpcore's event names, so
   :class:`~backends.http.TimedOnTheWire` and ``ResendIfDropped`` see when a connection
   was made, when a request went out, when its answer's headers came in and when its
@@ -22,6 +24,7 @@ What the wrappers above rely on is kept:
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
@@ -30,6 +33,10 @@ from typing import Any
 import aiohttp
 import httpx
 from yarl import URL
+
+from .one_answer import TESTED_AIOHTTP_MINORS, guarded_connector, untested_aiohttp
+
+log = logging.getLogger(__name__)
 
 #: httpcore's trace events, which the wrappers in backends.http listen for.
 CONNECTING = "connection.connect_tcp.started"
@@ -132,7 +139,8 @@ class _Body(httpx.AsyncByteStream):
             yield chunk
 
     async def aclose(self) -> None:
-        # Back to the pool when the body was read whole; closed otherwise.
+        # Back to the pool when the whole body came off the wire; closed otherwise (an
+        # answer refused for its size, a read cut short): OneAnswerHandler.should_close.
         self._response.release()
 
 
@@ -162,7 +170,15 @@ class AiohttpWire(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
+        untested = untested_aiohttp()
+        if untested is not None:
+            log.warning(
+                "aiohttp %s is not a release the IdP wire is tested with (%s): install "
+                "the version pyproject.toml pins",
+                untested,
+                ", ".join(f"{m}.x" for m in TESTED_AIOHTTP_MINORS),
+            )
+        connector = guarded_connector(
             ssl=self._ssl,
             limit=self._max_connections,
             keepalive_timeout=self._keepalive_expiry if self._keepalive else None,
