@@ -202,7 +202,8 @@ def kubectl_commands(text: str) -> list[str]:
     """kubectl command lines in ``text``: inline code spans and shell lines, with
     continuations joined."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    spans = re.findall(r"`(kubectl [^`]+)`", joined)
+    # A code span may wrap: Markdown renders its line break as a space.
+    spans = [" ".join(span.split()) for span in re.findall(r"`(kubectl [^`]+)`", joined)]
     lines = re.findall(r"^\s*(kubectl [^\n`]+)$", joined, re.M)
     lines += [m for m in re.findall(r"\$\((kubectl [^)]+)\)", joined)]
     return spans + lines
