@@ -3,6 +3,7 @@
     authn-gateway admin evict --user alice
     authn-gateway admin evict --token-id 3f2a9c01b7de
     authn-gateway admin deny --user alice --seconds 3600
+    authn-gateway admin deny --credential-id JTI=7f3c2a --seconds 3600
     authn-gateway admin denied
     authn-gateway admin lift --user alice
     authn-gateway admin breakers
@@ -62,10 +63,12 @@ def add_parser(sub: Any) -> None:
     actions = admin.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     evict = actions.add_parser(
-        "evict", help="drop a user's or a token's cached answers on every replica"
+        "evict", help="drop a user's, a token's or a credential's cached answers on every replica"
     )
     _subject_args(evict)
-    deny = actions.add_parser("deny", help="refuse a user or a token for SECONDS, fleet-wide")
+    deny = actions.add_parser(
+        "deny", help="refuse a user, a token or a credential for SECONDS, fleet-wide"
+    )
     _subject_args(deny)
     deny.add_argument("--seconds", type=int, required=True, help="how long to refuse")
     actions.add_parser("denied", help="list the deny list's entries")
@@ -97,6 +100,12 @@ def _subject_args(parser: argparse.ArgumentParser) -> None:
     who.add_argument(
         "--token-id", metavar="ID", help="a token's id (12 hex digits) from the review log"
     )
+    who.add_argument(
+        "--credential-id",
+        metavar="ID",
+        help="kube's credential id (JTI=..., as kube-apiserver's audit log and "
+        "user.extra show it): every token carrying it",
+    )
 
 
 def _admin_token(args: argparse.Namespace) -> str | None:
@@ -119,7 +128,13 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
         return "POST", f"/admin/breakers/{quote(args.backend, safe='')}/{args.action}", body
     subject: dict[str, Any] = {}
     if args.action != "denied":
-        subject = {"user": args.user} if args.user is not None else {"token_id": args.token_id}
+        subject = (
+            {"user": args.user}
+            if args.user is not None
+            else {"token_id": args.token_id}
+            if args.token_id is not None
+            else {"credential_id": args.credential_id}
+        )
         if args.operator:
             subject["by"] = args.operator
     if args.action == "evict":

@@ -343,7 +343,7 @@ class Metrics:
         )
         self.evictions = Counter(
             f"{PREFIX}_evictions",
-            "Evictions applied here, by subject kind (user, token) and source "
+            "Evictions applied here, by subject kind (user, token, credential) and source "
             "(admin: asked here; fleet: announced by another replica).",
             ["kind", "source"],
             registry=r,
@@ -356,7 +356,7 @@ class Metrics:
         )
         self.deny_hits = Counter(
             f"{PREFIX}_deny_hits",
-            "Reviews refused because the deny list names the token or the user.",
+            "Reviews refused because the deny list names the token, the user or the credential.",
             ["kind"],
             registry=r,
         )

@@ -2,7 +2,7 @@
 
     TokenReview in
       -> pre-rejection (control characters, service-account JWTs, per-backend rules)
-      -> deny list (token ids; usernames once a backend has answered)
+      -> deny list (token ids; usernames and credential ids once a backend has answered)
       -> route (prefix, or the chain) to a target Authenticator
       -> target.review: [audiences] -> [chain] -> each backend's stack
          (token rules, cache, breaker, budget, deadline, backend; see stack.py)
@@ -121,14 +121,19 @@ class Pipeline:
         return route
 
     def _denied_user(self, verdict: Verdict) -> Verdict:
+        """A denied user, or a denied credential (kube's credential id, ``JTI=...``):
+        known once a backend (or the cache) has answered."""
         deny = self.deny_list
         outcome = verdict.outcome
-        if (
-            deny is not None
-            and isinstance(outcome, Authenticated)
-            and deny.denies_user(outcome.user.username)
-        ):
-            # Whatever the IdP or the cache said. The logs name whom it refused.
-            self.metrics.deny_hits.labels("user").inc()
-            return Verdict(Rejected(DENIED, username=outcome.user.username), verdict.backend)
-        return verdict
+        if deny is None or not isinstance(outcome, Authenticated):
+            return verdict
+        user = outcome.user
+        if deny.denies_user(user.username):
+            kind = "user"
+        elif deny.denies_credential(user):
+            kind = "credential"
+        else:
+            return verdict
+        # Whatever the IdP or the cache said. The logs name whom it refused.
+        self.metrics.deny_hits.labels(kind).inc()
+        return Verdict(Rejected(DENIED, username=user.username), verdict.backend)

@@ -1,9 +1,10 @@
 """The admin API's identity routes: ``POST /admin/evict`` and ``POST/GET/DELETE /admin/deny``.
 
 Protected by the same token as ``/admin/breakers``. Bodies name one subject,
-``{"user": NAME}`` or ``{"token_id": ID}``, plus ``"seconds"`` for a denial and an
-optional ``"by"``: the operator's name for the audit log (given, not verified). Every
-answer is JSON: what was done, or ``{"message": ...}`` saying what is wrong.
+``{"user": NAME}``, ``{"token_id": ID}`` or ``{"credential_id": "JTI=..."}``, plus
+``"seconds"`` for a denial and an optional ``"by"``: the operator's name for the audit
+log (given, not verified). Every answer is JSON: what was done, or ``{"message": ...}``
+saying what is wrong.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from starlette.routing import Route
 
 from .audit import AuditLog
 from .gateway import Gateway
-from .revocation.subject import BadSubject, Subject, from_request
+from .revocation.subject import FIELDS, BadSubject, Subject, from_request
+
+SUBJECT_FIELDS = frozenset(FIELDS.values())
 
 MAX_BODY = 4096
 MAX_OPERATOR = 64
@@ -90,8 +93,8 @@ def operator_name(doc: dict[str, Any]) -> str | None:
 
 
 def _subject(doc: dict[str, Any]) -> Subject:
-    # "seconds" and "by" ride along; the subject must be exactly one of the two keys.
-    return from_request({k: v for k, v in doc.items() if k in ("user", "token_id")})
+    # "seconds" and "by" ride along; the subject must be exactly one of the subject keys.
+    return from_request({k: v for k, v in doc.items() if k in SUBJECT_FIELDS})
 
 
 def _seconds(doc: dict[str, Any], limit: int) -> int:

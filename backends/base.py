@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 RejectionCause = Literal["idp", "unsendable", "unmapped"]
 
 
+#: kube's ``user.CredentialIDKey``: which credential a request came with, in
+#: ``user.extra`` (``JTI=<jti>`` for a JWT). Audit logs and CEL rules key on it, and the
+#: gateway's deny list and evictions take it.
+CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"
+
+
 @dataclass(frozen=True, slots=True)
 class UserInfo:
     """The identity kube-apiserver receives. ``username`` is never empty."""
@@ -51,6 +57,10 @@ class UserInfo:
     uid: str = ""
     groups: tuple[str, ...] = ()
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def credential_ids(self) -> tuple[str, ...]:
+        return self.extra.get(CREDENTIAL_ID_KEY, ())
 
     def __post_init__(self) -> None:
         if not self.username:

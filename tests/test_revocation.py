@@ -26,11 +26,12 @@ from authn_gateway.revocation.eviction import Evictor
 from authn_gateway.revocation.memory import FileDenyStore, LocalBus, MemoryDenyStore
 from authn_gateway.revocation.redis import RedisBus, RedisDenyStore, reader_client
 from authn_gateway.revocation.subject import BadSubject, Subject
-from backends.base import Authenticated, Rejected, UserInfo
+from backends.base import CREDENTIAL_ID_KEY, Authenticated, Rejected, UserInfo
 from tests.support.redis_server import RedisServer
 
 ALICE = subjects.user("alice")
 TOKEN = subjects.token_id("0123456789ab")
+LEAKED = subjects.credential_id("JTI=7f3c2a-leaked")
 
 
 class Clock:
@@ -110,6 +111,23 @@ def test_a_token_id_must_be_exactly_twelve_lowercase_hex_digits(near_miss: str) 
         Subject.from_key(f"token:{near_miss}")
 
 
+def test_a_credential_id_is_kubes_form_whole_and_round_trips() -> None:
+    # kube's credential ids: "JTI=<jti>" for a JWT (oidc.go getCredentialID),
+    # "X509SHA256=<hex>" for a client certificate.
+    assert subjects.from_request({"credential_id": "JTI=7f3c2a-leaked"}) == LEAKED
+    assert subjects.credential_id("X509SHA256=ab12").to_json() == {
+        "credential_id": "X509SHA256=ab12"
+    }
+    assert Subject.from_key(LEAKED.key) == LEAKED
+    assert LEAKED.key == "credential:JTI=7f3c2a-leaked"
+    for near_miss in ("7f3c2a", "jti=7f3c2a", "JTI=", "JTI=a\nb", "=x", "JTI=" + "x" * 513):
+        with pytest.raises(BadSubject, match="credential_id: ") as caught:
+            subjects.credential_id(near_miss)
+        assert len(near_miss) < 6 or near_miss not in str(caught.value)
+    with pytest.raises(BadSubject, match="exactly one of"):
+        subjects.from_request({"credential_id": "JTI=a", "user": "alice"})
+
+
 def test_usernames_with_control_characters_are_refused() -> None:
     with pytest.raises(BadSubject):
         subjects.user("alice\nINFO forged log line")
@@ -130,6 +148,25 @@ async def test_a_denied_user_is_refused_and_others_are_not(
     assert deny.denies_user("alice")
     assert not deny.denies_user("bob")
     assert not deny.denies_token(lambda: ("0123456789ab",))
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "redis"])
+async def test_a_denied_credential_refuses_the_answers_carrying_it_only(
+    kind: str, tmp_path: Path, link: RedisLink
+) -> None:
+    clock = Clock()
+    deny = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    leaked = UserInfo("alice", extra={CREDENTIAL_ID_KEY: ("JTI=7f3c2a-leaked",)})
+    other = UserInfo("alice", extra={CREDENTIAL_ID_KEY: ("JTI=other",)})
+    assert not deny.denies_credential(leaked)
+    await deny.add(LEAKED, 60, by="ops")
+    assert deny.denies_credential(leaked)
+    assert not deny.denies_credential(other)
+    assert not deny.denies_credential(UserInfo("alice"))
+    assert not deny.denies_user("alice")  # the user's other tokens keep working
+    restarted = DenyList(make_store(kind, tmp_path, link, clock), clock)
+    await restarted.refresh()
+    assert restarted.denies_credential(leaked) == (kind != "memory")
 
 
 @pytest.mark.parametrize("kind", ["memory", "file", "redis"])
@@ -476,14 +513,18 @@ def test_an_answer_started_before_an_eviction_is_not_written_back() -> None:
     assert evictor.evicted_since("alice", None, started)
     assert not evictor.evicted_since("bob", "0123456789ab", started)
     assert not evictor.evicted_since("alice", None, clock.now + 1)  # began after it
+    asyncio.run(evictor.evict(LEAKED))
+    assert evictor.evicted_since("bob", None, started, ("JTI=7f3c2a-leaked",))
+    assert not evictor.evicted_since("bob", None, started, ("JTI=other",))
 
 
 # The cache's own tiers
 
 
-def entry(username: str | None, token_id: str) -> CacheEntry:
+def entry(username: str | None, token_id: str, credential: str | None = None) -> CacheEntry:
     now = time.time()
-    outcome = Authenticated(UserInfo(username)) if username else Rejected("invalid")
+    extra = {CREDENTIAL_ID_KEY: (credential,)} if credential else {}
+    outcome = Authenticated(UserInfo(username, extra=extra)) if username else Rejected("invalid")
     return CacheEntry(outcome, now + 60, now + 600, token_id)
 
 
@@ -496,6 +537,16 @@ async def test_the_memory_tier_drops_a_users_or_a_tokens_entries_only() -> None:
     assert await store.get(b"k1") is None and await store.get(b"k3") is not None
     assert await store.evict_local(subjects.token_id("bbbbbbbbbbbb")) == 1
     assert len(store) == 0
+
+
+async def test_the_memory_tier_drops_the_entries_carrying_a_credential_id_only() -> None:
+    store = MemoryStore(100)
+    await store.put(b"k1", entry("alice", "aaaaaaaaaaaa", "JTI=7f3c2a-leaked"))
+    await store.put(b"k2", entry("alice", "cccccccccccc", "JTI=other"))
+    await store.put(b"k3", entry("alice", "dddddddddddd"))
+    assert await store.evict_local(LEAKED) == 1
+    assert await store.get(b"k1") is None
+    assert await store.get(b"k2") is not None and await store.get(b"k3") is not None
 
 
 async def test_the_shared_tier_drops_entries_through_its_index_and_skips_negatives(
@@ -514,3 +565,17 @@ async def test_the_shared_tier_drops_entries_through_its_index_and_skips_negativ
     assert await writer.evict_local(ALICE) == 1
     ttl = await link.client.pttl(link.key("idx", "user", "bob"))
     assert 0 < ttl <= 600_000
+
+
+async def test_the_shared_tier_drops_a_credentials_entries_through_its_index(
+    link: RedisLink,
+) -> None:
+    hasher = TokenHasher(b"k")
+    writer = TieredCacheStore(MemoryStore(100), link, EntryCodec(hasher), Metrics())
+    reader = TieredCacheStore(MemoryStore(100), link, EntryCodec(hasher), Metrics())
+    await writer.put(b"k1", entry("alice", "aaaaaaaaaaaa", "JTI=7f3c2a-leaked"))
+    await writer.put(b"k2", entry("alice", "bbbbbbbbbbbb", "JTI=other"))
+    assert await reader.evict_shared(LEAKED) == 1
+    assert await reader.get(b"k1") is None
+    assert await reader.get(b"k2") is not None
+    assert await writer.evict_local(LEAKED) == 1

@@ -21,8 +21,10 @@ import orjson
 import pytest
 import yaml
 
+from backends.base import CREDENTIAL_ID_KEY
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
+from tests.support.fakes.issuer import FakeIssuer
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
 from tests.support.redis_server import RedisServer
 
@@ -327,3 +329,94 @@ def test_a_reload_keeps_known_users_and_rechecks_a_changed_backend(
     wait_until(lambda: gw.logs().count("config reloaded") == 2, 15, "the second reload")
     review = status(gw, "good-gina")
     assert not review["authenticated"] and review["error"].startswith("idp: ")
+
+
+# --- kube's credential id (JTI=...): deny and evict every token carrying it -------------
+
+
+@pytest.fixture
+def issuer() -> Iterator[FakeIssuer]:
+    fake = FakeIssuer().start_in_thread()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def jwt_config(issuer: FakeIssuer, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    cfg = config(FakeIdP(), tmp_path, **extra)
+    cfg["backends"] = [
+        {
+            "name": "oidc",
+            "type": "jwt",
+            "issuer": {
+                "url": issuer.issuer,
+                "certificateAuthority": issuer.ca_pem,
+                "audiences": ["gateway"],
+            },
+            "claimMappings": {"username": {"claim": "sub", "prefix": "oidc:"}},
+            "cache": {"positive_ttl_seconds": 300, "negative_ttl_seconds": 0},
+        }
+    ]
+    return cfg
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_denied_credential_id_is_refused_everywhere_and_an_evicted_one_dropped(
+    mode: str,
+    issuer: FakeIssuer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    gateways: list[GatewayProcess],
+) -> None:
+    two = mode == MODES[0]
+    if two:
+        redis = {"url": request.getfixturevalue("redis_server").url, "timeout_seconds": 0.5}
+        a = launch(jwt_config(issuer, tmp_path, redis=redis), tmp_path, gateways, name="a")
+        b = launch(jwt_config(issuer, tmp_path, redis=redis), tmp_path, gateways, name="b")
+    else:
+        cfg = jwt_config(issuer, tmp_path, deny_list={"file": str(tmp_path / "deny.json")})
+        a = b = launch(cfg, tmp_path, gateways, name="solo")
+    leaked = issuer.mint(issuer.claims("alice", jti="leak-1"))
+    other = issuer.mint(issuer.claims("alice", jti="other-2"))
+    for gw in (a, b):
+        for token, jti in ((leaked, "leak-1"), (other, "other-2")):
+            review = status(gw, token)
+            assert review["authenticated"], review
+            # kube's own key and form (oidc.go getCredentialID): what its audit log shows.
+            assert review["user"]["extra"][CREDENTIAL_ID_KEY] == [f"JTI={jti}"]
+
+    code, answer, stderr = admin(b, "deny", "--credential-id", "JTI=leak-1", "--seconds", "300")
+    assert code == 0, stderr
+    assert answer["denied"] == {"credential_id": "JTI=leak-1"}
+    assert answer["stored_in"] == ("redis" if two else "file")
+    for gw in (a, b):
+        # Refused though its answer is cached; the same user's other token is not.
+        wait_until(lambda gw=gw: not status(gw, leaked)["authenticated"], 1.0, "denial")
+        assert status(gw, leaked) == {"authenticated": False}
+        assert status(gw, other)["authenticated"]
+    code, listing, _ = admin(a, "denied")
+    assert code == 0 and [e.get("credential_id") for e in listing["entries"]] == ["JTI=leak-1"]
+    text = httpx.get(f"{a.url}/metrics").text
+    assert metric_value(text, "authn_gateway_deny_hits_total", kind="credential") >= 1
+    assert "admin: deny credential:JTI=leak-1 by oncall@127.0.0.1" in b.logs()
+
+    code, answer, stderr = admin(a, "evict", "--credential-id", "JTI=other-2")
+    assert code == 0, stderr
+    assert answer["evicted"] == {"credential_id": "JTI=other-2"}
+    assert answer["local_entries"] == 1, answer  # the other token's entry, only it
+    if two:
+        assert answer["fleet"] is True and answer["shared_entries"] == 1, answer
+
+        def fleet_evicted() -> bool:
+            text = httpx.get(f"{b.url}/metrics").text
+            samples = {"kind": "credential", "source": "fleet"}
+            return metric_value(text, "authn_gateway_evictions_total", **samples) == 1
+
+        wait_until(fleet_evicted, 1.0, "the eviction on the other replica")
+    assert status(a, other)["authenticated"]  # verified again: eviction is not denial
+
+    code, answer, _ = admin(a, "lift", "--credential-id", "JTI=leak-1")
+    assert code == 0 and answer["was_denied"] is True
+    for gw in (a, b):
+        wait_until(lambda gw=gw: status(gw, leaked)["authenticated"], 1.5, "lifting")

@@ -192,8 +192,13 @@ class CacheLayer(Layer):
         if isinstance(outcome, Unavailable):
             return verdict
         token_id = self.hasher.token_id(self.token_prefix + token)
-        username = outcome.user.username if isinstance(outcome, Authenticated) else None
-        if self.evictor is not None and self.evictor.evicted_since(username, token_id, asked_at):
+        identity = outcome.user if isinstance(outcome, Authenticated) else None
+        if self.evictor is not None and self.evictor.evicted_since(
+            identity.username if identity else None,
+            token_id,
+            asked_at,
+            identity.credential_ids if identity else (),
+        ):
             # Evicted while we asked: the answer is real, but must not outlive the eviction.
             return verdict
         await self.cache.put(key, outcome, self.clock(), token_id)
@@ -209,7 +214,7 @@ class CacheLayer(Layer):
         if known is None or self.clock() >= self.cache.stale_limit(known):
             return False
         return self.evictor is None or not self.evictor.evicted_since(
-            known.username, known.token_id, asked_at
+            known.username, known.token_id, asked_at, known.credential_ids
         )
 
     def _stale(self, known: CacheEntry) -> Verdict:

@@ -151,8 +151,10 @@ class MemoryStore:
         run between them, so reviews are not held up. An index would cost every cache
         write and ~100 bytes per entry for what is a rare operator's action; the scan
         costs ~0.3 us per entry (docs/decisions.md, issue 17)."""
-        by_token = subject.kind == "token"
-        # A username is only ever in an identity; a token id may be in either segment.
+        kind = subject.kind
+        by_token = kind == "token"
+        # A username or a credential id is only ever in an identity; a token id may be
+        # in either segment.
         segments = (self._positive, self._negative) if by_token else (self._positive,)
         value, dropped = subject.value, 0
         for data in segments:
@@ -167,7 +169,11 @@ class MemoryStore:
                     if by_token:
                         if e.token_id == value:
                             doomed.append(key)
-                    elif type(o := e.outcome) is Authenticated and o.user.username == value:
+                    elif type(o := e.outcome) is Authenticated and (
+                        o.user.username == value
+                        if kind == "user"
+                        else value in o.user.credential_ids
+                    ):
                         doomed.append(key)
                 await asyncio.sleep(0)
             for key in doomed:

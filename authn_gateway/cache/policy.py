@@ -63,6 +63,13 @@ class CacheEntry:
         outcome = self.outcome
         return outcome.user.username if isinstance(outcome, Authenticated) else None
 
+    @property
+    def credential_ids(self) -> tuple[str, ...]:
+        """kube's credential ids (``JTI=...``) the identity carries, so an operator can
+        evict by one."""
+        outcome = self.outcome
+        return outcome.user.credential_ids if isinstance(outcome, Authenticated) else ()
+
 
 class CacheStore(Protocol):
     def peek(self, key: bytes, now: float) -> CacheEntry | None:

@@ -46,7 +46,7 @@ from backends.flight import SingleFlight
 from ..keys import TokenHasher
 from ..metrics import Metrics
 from ..redis_link import RedisLink
-from ..revocation.subject import Subject
+from ..revocation.subject import Subject, subjects_of
 from ..sealing import document_fields, document_key_id, seal_document, unseal_document
 from .memory import MemoryStore
 from .policy import CacheEntry, PreviousKeys
@@ -346,14 +346,10 @@ class TieredCacheStore:
 
     def _indexes(self, entry: CacheEntry) -> list[str]:
         """Positive entries only: a flood of invalid tokens must not grow the indexes."""
-        keys: list[str] = []
         if not entry.positive:
-            return keys
-        if entry.username is not None:
-            keys.append(self._index_key(Subject("user", entry.username)))
-        if entry.token_id is not None:
-            keys.append(self._index_key(Subject("token", entry.token_id)))
-        return keys
+            return []
+        about = subjects_of(entry.username, entry.token_id, entry.credential_ids)
+        return [self._index_key(s) for s in about]
 
     async def evict_local(self, subject: Subject) -> int:
         # Noted first: a Redis read already on its way must not bring the entry back.
@@ -368,8 +364,8 @@ class TieredCacheStore:
         (time.monotonic()), when a read that found it began."""
         if entry is None or not self._evictions:
             return False
-        for kind, value in (("user", entry.username), ("token", entry.token_id)):
-            at = None if value is None else self._evictions.get(f"{kind}:{value}")
+        for subject in subjects_of(entry.username, entry.token_id, entry.credential_ids):
+            at = self._evictions.get(subject.key)
             if at is not None and at >= asked:
                 return True
         return False

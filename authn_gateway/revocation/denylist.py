@@ -1,4 +1,4 @@
-"""The deny list: usernames and token ids an operator refuses for a while.
+"""The deny list: usernames, token ids and credential ids an operator refuses for a while.
 
 The break-glass for a compromised account during an IdP outage: a denied subject is
 refused whatever the IdP or the cache says. Every replica checks a local copy on
@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from backends.base import UserInfo
 
 from .subject import BadSubject, Subject
 
@@ -108,6 +110,7 @@ class DenyList:
         self._unremoved: set[Subject] = set()
         self._users: set[str] = set()
         self._tokens: set[str] = set()
+        self._credentials: set[str] = set()
 
     # The review path: set lookups only, and nothing at all while the list is empty.
 
@@ -126,6 +129,14 @@ class DenyList:
                     self._carry(entry, Subject("token", ids[0]))
                 return True
         return False
+
+    def denies_credential(self, user: UserInfo) -> bool:
+        """Whether any of the credential ids (kube's, ``JTI=...``) an answer carries is
+        denied; its extra is read only if any credential is listed."""
+        return bool(self._credentials) and any(
+            c in self._credentials and self._live(Subject("credential", c))
+            for c in user.credential_ids
+        )
 
     def denies_user(self, username: str) -> bool:
         return (
@@ -223,3 +234,4 @@ class DenyList:
         self._entries = entries
         self._users = {s.value for s in entries if s.kind == "user"}
         self._tokens = {s.value for s in entries if s.kind == "token"}
+        self._credentials = {s.value for s in entries if s.kind == "credential"}

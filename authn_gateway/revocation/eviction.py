@@ -1,4 +1,4 @@
-"""Eviction: drop every cached answer about a user or a token, in every tier.
+"""Eviction: drop every cached answer about a user, a token or a credential, in every tier.
 
 A tier is anything holding cached answers (:class:`EvictableTier`): the in-process
 LRU of each replica, and the shared Redis tier. The replica that is asked evicts
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .subject import Subject
+from .subject import Subject, subjects_of
 
 
 class EvictableTier(Protocol):
@@ -61,12 +61,19 @@ class Evictor:
         known = [c for c in counts if c is not None]
         return Evicted(local, sum(known) if known else None)
 
-    def evicted_since(self, username: str | None, token_id: str | None, started: float) -> bool:
-        """Whether this user or token was evicted after ``started`` (this clock's time)."""
+    def evicted_since(
+        self,
+        username: str | None,
+        token_id: str | None,
+        started: float,
+        credentials: tuple[str, ...] = (),
+    ) -> bool:
+        """Whether this user, token or credential was evicted after ``started`` (this
+        clock's time)."""
         if not self._recent:
             return False
-        for kind, value in (("user", username), ("token", token_id)):
-            at = None if value is None else self._recent.get(f"{kind}:{value}")
+        for subject in subjects_of(username, token_id, credentials):
+            at = self._recent.get(subject.key)
             if at is not None and at >= started:
                 return True
         return False

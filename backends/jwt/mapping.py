@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backends.base import Rejected, UserInfo
+from backends.base import CREDENTIAL_ID_KEY, Rejected, UserInfo
 
 from .cel import CelEvaluationError, evaluate
 from .kube import ClaimOrExpression, ClaimRules, PrefixedClaimOrExpression
@@ -25,11 +25,6 @@ from .kube import ClaimOrExpression, ClaimRules, PrefixedClaimOrExpression
 
 class MappingRefused(Exception):
     """The claims do not make a user; the message is safe for logs (no claim values)."""
-
-
-#: kube's ``user.CredentialIDKey``: which credential a request came with (audit logs,
-#: CEL rules), ``JTI=<jti>`` for a JWT (oidc.go ``getCredentialID``).
-CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"
 
 
 def map_claims(
