@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
+from authn_gateway.config import ConfigError, parse_config
+from backends.introspection import IntrospectionSettings, answer_refusal
 from tests.support.fakes.issuer import INTROSPECT_PATH, FakeIssuer
 from tests.support.procs import GatewayProcess
 
@@ -39,7 +44,7 @@ def introspection_backend(issuer: FakeIssuer, ca: Path, **overrides: Any) -> dic
             "uid": {"claim": "sub"},
             "extra": [{"key": "example.com/client", "valueExpression": "claims.client_id"}],
         },
-        "claimValidationRules": [{"expression": "claims.token_type == 'access_token'"}],
+        "accept": {"client_ids": ["cli"]},
         "timeouts": {"connect_seconds": 0.5, "read_seconds": 1.0, "total_seconds": 1.0},
         "breaker": {"fail_max": 100},
     }
@@ -146,3 +151,111 @@ def test_issuer_errors_are_unavailable(
     answer = review(gw, opaque(issuer, "opaque-abc"))
     assert answer["authenticated"] is False
     assert answer["error"]
+
+
+# --- issue 29: an active answer is checked as the jwt backend checks a JWT -------------
+
+
+def test_tokens_meant_for_someone_else_or_out_of_time_are_refused_though_active(
+    issuer: FakeIssuer, start: Callable[..., GatewayProcess]
+) -> None:
+    gw = start(accept={"audiences": ["kubernetes"], "client_ids": ["cli", "kubectl"]})
+    now = int(time.time())
+
+    def scripted(token: str, **answer: Any) -> str:
+        """A server that says active whatever the token's exp (the finding's case)."""
+        issuer.opaque[token] = {
+            "active": True,
+            "username": "jane",
+            "sub": "u-1",
+            "scope": "read",
+            "client_id": "cli",
+            "aud": ["kubernetes"],
+            **answer,
+        }
+        return token
+
+    accepted = {
+        "fit": scripted("t-fit"),
+        "aud a string": scripted("t-aud-str", aud="kubernetes"),
+        "another accepted client": scripted("t-kubectl", client_id="kubectl"),
+        "token_type Bearer": scripted("t-bearer", token_type="Bearer"),
+        "token_type access_token": scripted("t-access", token_type="access_token"),
+        "exp ahead": scripted("t-exp-ahead", exp=now + 600),
+        "nbf 30 s ahead (kube's minute)": scripted("t-nbf-30", nbf=now + 30),
+        "exp null": scripted("t-exp-null", exp=None),
+    }
+    refused = {
+        "another client's token": scripted("t-photo", client_id="photo-app"),
+        "another audience": scripted("t-aud-photo", aud=["photo-app"]),
+        "no aud": scripted("t-no-aud", aud=None),
+        "no client_id": scripted("t-no-client", client_id=None),
+        "a refresh token": scripted("t-refresh", token_type="refresh_token"),
+        "an ID token": scripted("t-id", token_type="id_token"),
+        "a DPoP-bound token": scripted("t-dpop", token_type="DPoP"),
+        "token_type not a string": scripted("t-type-7", token_type=7),
+        "exp an hour ago": scripted("t-expired", exp=now - 3600),
+        "exp 30 s ago (no leeway)": scripted("t-expired-30", exp=now - 30),
+        "nbf 2 min ahead": scripted("t-nbf-120", nbf=now + 120),
+        "exp not a number": scripted("t-exp-soon", exp="soon"),
+    }
+    for token in [*accepted.values(), *refused.values()]:
+        answer = issuer.opaque[token]
+        for key in [k for k, v in answer.items() if v is None and k != "exp"]:
+            del answer[key]  # None above means "absent", but for exp (sent as null)
+    for what, token in accepted.items():
+        assert review(gw, token)["authenticated"] is True, what
+    for what, token in refused.items():
+        answer = review(gw, token)
+        # A refusal, not an outage: the server answered, about a token not for us.
+        assert answer == {"authenticated": False}, (what, answer)
+    # The review log says why (written in batches: waited for).
+    for reason in ("client not accepted", "audience not accepted", "not an access token",
+                   "token expired", "token not yet valid", "no aud", "no client_id"):  # fmt: skip
+        assert reason in gw.wait_for_log(reason), reason
+
+
+def test_an_introspection_backend_must_say_which_tokens_are_meant_for_it(
+    issuer: FakeIssuer, tmp_path: Path
+) -> None:
+    backend = introspection_backend(issuer, tmp_path / "ca.pem")
+    del backend["accept"]
+    for accept in (None, {}, {"audiences": []}, {"client_ids": [""]}):
+        entry = dict(backend) if accept is None else {**backend, "accept": accept}
+        with pytest.raises(ConfigError) as caught:
+            parse_config(yaml.safe_dump({"backends": [entry]}), "gw.yaml")
+        assert any("backends[0].accept" in p for p in caught.value.problems), (
+            accept,
+            caught.value.problems,
+        )
+
+
+SETTINGS = IntrospectionSettings.model_validate(
+    {
+        "name": "opaque",
+        "type": "introspection",
+        "url": "https://idp.example/introspect",
+        "client_id": "gw",
+        "client_secret": "introspection-test-only-Wq4Nd8Rk2Lv6Ty0Hb",
+        "accept": {"audiences": ["kubernetes"], "client_ids": ["cli"]},
+        "claimMappings": {"username": {"claim": "username", "prefix": ""}},
+    }
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+fields = st.sampled_from(["aud", "client_id", "token_type", "exp", "nbf", "username"])
+
+
+@given(answer=st.dictionaries(fields | st.text(max_size=6), json_values, max_size=8))
+def test_any_active_answer_is_checked_without_raising(answer: dict[str, Any]) -> None:
+    problem = answer_refusal(answer, SETTINGS, time.time())
+    assert problem is None or isinstance(problem, str)
+    if problem is None:  # then it names us, by both rules
+        assert answer.get("client_id") == "cli"
+        aud = answer.get("aud")
+        assert aud == "kubernetes" or (isinstance(aud, list) and "kubernetes" in aud)

@@ -171,7 +171,7 @@ def test_a_denied_token_id_holds_for_every_spelling_whichever_backend_reads_it(
     ca.write_text(issuer.ca_pem)
     token = issuer.mint(issuer.claims(sub="leaked"))
     padded = token + "=="
-    answer = {"username": "leaked", "sub": "u-leaked", "exp": int(time.time()) + 600}
+    answer = {"username": "leaked", "aud": "gateway", "exp": int(time.time()) + 600}
     issuer.opaque[token] = issuer.opaque[padded] = answer
     gw = gateway_factory(
         {
@@ -186,6 +186,7 @@ def test_a_denied_token_id_holds_for_every_spelling_whichever_backend_reads_it(
                     "client_id": issuer.client_credentials[0],
                     "client_secret": issuer.client_credentials[1],
                     "tls": {"ca_file": str(ca)},
+                    "accept": {"audiences": ["gateway"]},
                     "claimMappings": {"username": {"claim": "username", "prefix": ""}},
                 }
             ],

@@ -197,6 +197,7 @@ def _client(kind: str, url: str) -> httpx.AsyncClient:
                         "url": url,
                         "client_id": "gw",
                         "client_secret": "a-long-enough-client-secret",
+                        "accept": {"client_ids": ["cli"]},
                         "claimMappings": {"username": {"claim": "sub", "prefix": ""}},
                         **common,
                     }

@@ -79,6 +79,7 @@ def introspection(secret: Any) -> dict[str, Any]:
         "url": "https://idp.invalid/introspect",
         "client_id": "gw",
         "client_secret": secret,
+        "accept": {"client_ids": ["cli"]},
         "claimMappings": {"username": {"claim": "sub", "prefix": ""}},
     }
 

@@ -4,7 +4,8 @@
 * ``GET /keys``: the JWKS of the published keys, with ``Cache-Control: max-age``;
 * ``POST /introspect``: RFC 7662 introspection of the opaque tokens in
   :attr:`FakeIssuer.opaque`, for clients that present :attr:`client_credentials`
-  with HTTP Basic or in the form;
+  with HTTP Basic or in the form (an answer holding ``active`` is sent as it is:
+  a server that says active whatever the token's ``exp``);
 * :meth:`FakeIssuer.mint` signs tokens with any key it holds, published or not, with
   any header (``alg: none``, HS256 with the public key, a tampered payload...);
   :meth:`FakeIssuer.mint_raw` signs a payload given as bytes (odd keys, any types).
@@ -220,6 +221,8 @@ class FakeIssuer(FakeIdP):
         if client != self.client_credentials:
             return _json(401, {"error": "invalid_client"}, {"www-authenticate": "Basic"})
         answer = self.opaque.get(form.get("token", ""))
+        if answer is not None and "active" in answer:
+            return _json(200, answer)  # scripted: a server that answers as told
         if answer is None or answer.get("exp", float("inf")) < time.time():
             return _json(200, {"active": False})
         return _json(200, {"active": True, **answer})
