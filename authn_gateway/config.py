@@ -93,10 +93,13 @@ class ServerSettings(Strict):
     header_timeout_seconds: PositiveFloat = 10.0
     # The body must be complete within this after its head.
     body_timeout_seconds: PositiveFloat = 10.0
+    # Answers that wait unsent this long (a client that stopped reading them) end the
+    # connection; until they are sent nothing more is read from it (docs/operations.md).
+    send_timeout_seconds: PositiveFloat = 10.0
     # Open connections per process; beyond it new ones are closed at once and counted
     # (authn_gateway_connections_refused_total) while established ones keep working.
-    # A parked connection costs ~10 KiB of RSS at most (docs/operations.md), so the
-    # default costs under 20 MiB; kube-apiserver needs a handful.
+    # A connection holds under 200 KiB of RSS whatever it sends (docs/operations.md,
+    # "What one connection can cost"); kube-apiserver needs a handful.
     max_connections: int = Field(default=1000, ge=1, le=100_000)
     # Drain in-flight reviews this long on SIGTERM before closing connections.
     graceful_shutdown_seconds: PositiveFloat = 10.0

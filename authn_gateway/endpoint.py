@@ -155,8 +155,8 @@ class ReviewEndpoint:
             return None
         try:
             review = parse_review(body)
-        except BadReview:
-            return None
+        except Exception:
+            return None  # BadReview, or a bug of ours: the ASGI path answers (and logs) it
         started = time.perf_counter()
         try:
             verdict = self.pipeline.review_now(review.token, review.audiences)
@@ -167,22 +167,16 @@ class ReviewEndpoint:
         return self._answer(review, verdict, caller_identity(scope), started)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            await self._refuse(send, *refusal)
-            return
         try:
-            body = await _read_body(receive, self.max_body)
-        except TooLarge:
-            await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
+            review = await self._read_review(scope, receive, send)
+        except Exception as exc:
+            # A bug of ours before the review was read: a request we cannot read is a
+            # 400 by the answer rules (kube-apiserver does not retry it), never a 500.
+            internal_error(GATEWAY, exc, self.metrics)
+            await self._refuse(send, 400, "request could not be read (internal error, logged)")
             return
-        except ConnectionResetError:
-            return
-        try:
-            review = parse_review(body)
-        except BadReview as exc:
-            await self._refuse(send, 400, str(exc))
-            return
+        if review is None:
+            return  # refused, or the client went away
 
         started = time.perf_counter()
         caller = caller_identity(scope)
@@ -191,7 +185,34 @@ class ReviewEndpoint:
         except Exception as exc:
             # Last line of defence: the answer rules never allow a 500.
             verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-        await _send(send, 200, self._answer(review, verdict, caller, started))
+        try:
+            body = self._answer(review, verdict, caller, started)
+        except Exception as exc:
+            # Rendering, counting or logging failed: the error answer, rendered alone.
+            verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
+            body = render_verdict(review.api_version, verdict).body
+        await _send(send, 200, body)
+
+    async def _read_review(
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> ReviewRequest | None:
+        """The request's review, or None once it was refused (or its client left)."""
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await self._refuse(send, *refusal)
+            return None
+        try:
+            body = await _read_body(receive, self.max_body)
+        except TooLarge:
+            await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
+            return None
+        except ConnectionResetError:
+            return None
+        try:
+            return parse_review(body)
+        except BadReview as exc:
+            await self._refuse(send, 400, str(exc))
+            return None
 
     def _answer(
         self, review: ReviewRequest, verdict: Verdict, caller: str, started: float

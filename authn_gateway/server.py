@@ -32,12 +32,18 @@ from .edge import EdgeLimits, GatewayHttpProtocol
 from .edge.metrics import EdgeCollector
 from .edge.pinned import TESTED_UVICORN_MINORS, untested_uvicorn
 from .gateway import Gateway
+from .internal_errors import internal_error
 from .logsetup import configure_logging
+from .pipeline import GATEWAY
 from .reloader import Reloader
 from .tls import ServerTLS, TLSError
 from .tokenreview import render_error
 
 log = logging.getLogger(__name__)
+
+# Open connections on the ops port (probes and Prometheus need a few): each may hold
+# up to ~200 KiB whatever it sends (docs/operations.md), so 64 cost under 13 MiB.
+OPS_MAX_CONNECTIONS = 64
 
 
 class _UvicornConfig(uvicorn.Config):  # type: ignore[misc]
@@ -61,6 +67,7 @@ def edge_limits(config: GatewayConfig, tls: ServerTLS | None) -> EdgeLimits:
         max_connections=s.max_connections,
         header_timeout=s.header_timeout_seconds,
         body_timeout=s.body_timeout_seconds,
+        send_timeout=s.send_timeout_seconds,
         drain_idle_seconds=s.drain_idle_seconds,
         tls_context=tls.current if tls else None,
     )
@@ -212,8 +219,10 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     ops_edge = EdgeLimits(
         max_header_bytes=s.max_header_bytes,
         max_headers=s.max_headers,
+        max_connections=OPS_MAX_CONNECTIONS,
         header_timeout=s.header_timeout_seconds,
         body_timeout=s.body_timeout_seconds,
+        send_timeout=s.send_timeout_seconds,
         drain_idle_seconds=s.drain_idle_seconds,
     )
     if s.ops is not None:
@@ -222,6 +231,12 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     gateway = Gateway(config, source=str(source or "<embedded default.yaml>"))
     gateway.metrics.registry.register(collector)
     app = GatewayApp(gateway)
+
+    def report_error(exc: BaseException) -> None:
+        # Counted in the current gateway's metrics (a reload replaces the gateway).
+        internal_error(GATEWAY, exc, app.gateway.metrics)
+
+    edge.report_error = ops_edge.report_error = report_error
     review_sock = _bind(s.host, s.port, reuse_port=s.workers > 1)
     front: Any = app
     if s.ops is not None:

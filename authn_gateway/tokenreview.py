@@ -38,18 +38,22 @@ class ReviewRequest:
 
 
 def parse_review(body: bytes) -> ReviewRequest:
+    """The review in ``body``; :class:`BadReview` (and nothing else) for any other body."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise BadReview("body is not valid JSON") from None
     if not isinstance(doc, dict):
         raise BadReview("body must be a JSON object")
+    # Each field's type is checked before its value is used: a list or an object where
+    # a string belongs is the same 400 naming the field, never a TypeError.
     api_version = doc.get("apiVersion")
-    if api_version not in _ACCEPTED:
+    if not isinstance(api_version, str) or api_version not in _ACCEPTED:
         raise BadReview(
             "apiVersion must be authentication.k8s.io/v1 or authentication.k8s.io/v1beta1"
         )
-    if doc.get("kind") != "TokenReview":
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or kind != "TokenReview":
         raise BadReview("kind must be TokenReview")
     spec = doc.get("spec")
     if not isinstance(spec, dict):

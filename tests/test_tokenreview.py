@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from authn_gateway.tokenreview import (
     BadReview,
@@ -93,3 +97,51 @@ def test_unavailable_carries_an_error() -> None:
 def test_empty_username_cannot_be_built() -> None:
     with pytest.raises(ValueError, match="username"):
         UserInfo("")
+
+
+# --- any JSON at all (issue 29: a list where a string belongs raised TypeError) ------------
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.sampled_from([V1, V1BETA1, "TokenReview", ""]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+FIELDS = ("apiVersion", "kind", "spec", "token", "audiences")
+# Documents shaped like a review, with any JSON in any field: where the bugs were.
+REVIEWS = st.fixed_dictionaries(
+    {},
+    optional={
+        "apiVersion": JSON,
+        "kind": JSON,
+        "spec": JSON | st.fixed_dictionaries({}, optional={"token": JSON, "audiences": JSON}),
+    },
+)
+
+
+def parsed_or_refused(raw: bytes) -> None:
+    try:
+        review = parse_review(raw)
+    except BadReview as exc:
+        # The documented 400: it names what is wrong, and never echoes the body.
+        message = str(exc)
+        assert message.startswith(("body ", *FIELDS, "spec.")), message
+        return
+    assert review.api_version in (V1, V1BETA1)
+    assert isinstance(review.token, str) and review.token
+    assert all(isinstance(a, str) for a in review.audiences)
+
+
+@given(REVIEWS | JSON)
+def test_any_json_is_a_review_or_the_documented_400(doc: object) -> None:
+    # The stdlib writes what orjson would refuse to (integers past 64 bits): both kinds.
+    parsed_or_refused(json.dumps(doc).encode())
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_are_a_review_or_the_documented_400(raw: bytes) -> None:
+    parsed_or_refused(raw)

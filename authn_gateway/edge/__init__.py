@@ -8,6 +8,12 @@ uvicorn's httptools protocol, plus what a port reachable by anyone needs:
 - **bounds in bytes per request**: the request line plus headers, counted per
   request (pipelined requests each get the whole limit), and an unfinished head
   costs at most ``max_header_bytes`` plus one read slice of parser buffer;
+- **a bound per connection, whatever it sends**: reads of 4 KiB, at most two requests
+  parsed and unanswered, nothing more read while they wait or their answers wait
+  unsent, and answers unsent for ``send_timeout`` end the connection (``intake``);
+- **half-close**: a client that half-closes after its requests gets their answers;
+- **no 500**: an exception of ours while answering is reported (logged once per kind,
+  counted) and answered per the answer rules, and the connection keeps its timers;
 - **lingering close**: when the gateway ends a connection (an answer before the body
   was read, ``Connection: close``, a drain) it sends its answer, half-closes, and reads
   and discards what the client still sends for a bounded time and amount, the way
@@ -28,7 +34,8 @@ uvicorn's httptools protocol, plus what a port reachable by anyone needs:
   context is current (so certificate *and* client CA reloads apply to new
   connections), and its failures are counted by reason and logged, rate-limited.
 
-Modules: ``protocol`` (the connection: ``GatewayHttpProtocol``), ``limits`` (one
+Modules: ``protocol`` (reading and parsing: ``GatewayHttpProtocol``), ``connection``
+(its life below that: ``EdgeConnection``), ``intake`` (the read bound), ``limits`` (one
 listener's ``EdgeLimits`` and ``EdgeStats``), ``cycle`` (what a request's ASGI cycle
 sees of the connection), ``answers`` (what the protocol writes itself), ``batching``
 (writes held to the end of the loop's turn), ``handshake``

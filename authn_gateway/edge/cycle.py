@@ -1,11 +1,15 @@
 """What one request's ASGI cycle sees of its connection: a transport whose ``close()``
-is the protocol's lingering close, and an answer's head sent with its body."""
+is the protocol's lingering close, an answer's head sent with its body, and an
+exception of the application answered without a 500 or a traceback."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from ..tokenreview import render_error
 
 if TYPE_CHECKING:
     from .protocol import GatewayHttpProtocol
@@ -50,10 +54,57 @@ class ClosingTransport:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._transport.get_extra_info(name, default)
 
+    def report_error(self, exc: BaseException) -> None:
+        self._protocol.edge.report_error(exc)
+
+
+# What an exception of ours escaping the application is answered with, when it had not
+# begun an answer: the review path answers its own errors (README, "How a review is
+# answered"), so this is the ops routes' (health, metrics, admin), and never a 500.
+_INTERNAL_ERROR = render_error(503, "internal error (logged by the gateway)")
+_INTERNAL_ERROR_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", b"%d" % len(_INTERNAL_ERROR)),
+    (b"connection", b"close"),
+]
+
 
 class Cycle(RequestResponseCycle):  # type: ignore[misc]
     # Set when a drain made this request the connection's last.
     drain_close = False
+
+    async def run_asgi(self, app: Any) -> None:
+        # uvicorn's, with its 500 and traceback replaced: an exception (or no answer) is a
+        # bug of ours, logged once per kind and counted, and the connection is answered
+        # (503) or closed, so it is never left without an answer or a timer.
+        try:
+            result = await app(self.scope, self.receive, self.send)
+        except asyncio.CancelledError:
+            # Shutdown past graceful_shutdown_seconds: nothing to report.
+            self.transport.close()
+            raise
+        except Exception as exc:
+            self._report(exc)
+            await self._answer_internal_error()
+        else:
+            if result is not None or (not self.response_complete and not self.disconnected):
+                self._report(RuntimeError("the ASGI application returned without a whole answer"))
+                await self._answer_internal_error()
+        finally:
+            self.on_response = lambda: None
+
+    def _report(self, exc: BaseException) -> None:
+        self.transport.report_error(exc)  # type: ignore[attr-defined]  # ClosingTransport
+
+    async def _answer_internal_error(self) -> None:
+        if self.response_started or self.disconnected:
+            if not self.response_complete:
+                self.transport.close()
+            return
+        await self.send(
+            {"type": "http.response.start", "status": 503, "headers": _INTERNAL_ERROR_HEADERS}
+        )
+        await self.send({"type": "http.response.body", "body": _INTERNAL_ERROR})
 
     async def send(self, message: Any) -> None:
         starting = message["type"] == "http.response.start" and not self.response_started

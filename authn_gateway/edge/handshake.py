@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from asyncio import sslproto
+from collections.abc import Callable
 
 # OpenSSL's reason for a failed handshake, as a Prometheus label value.
 _HANDSHAKE_REASONS = {
@@ -40,3 +42,37 @@ def handshake_reason(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, ConnectionError | OSError):
         return "closed", "connection closed during the handshake"
     return "other", exc.__class__.__name__
+
+
+def wrap_tls(
+    loop: asyncio.AbstractEventLoop,
+    protocol: asyncio.BaseProtocol,
+    transport: asyncio.Transport,
+    context: ssl.SSLContext,
+    timeout: float,
+    on_failure: Callable[[BaseException], None],
+) -> None:
+    """Run the server side of a TLS handshake on ``transport`` before any byte is read;
+    ``protocol`` gets ``connection_made`` with the TLS transport once it is complete.
+
+    What loop.start_tls does, but before any byte is read (uvloop's start_tls loses a
+    handshake now and then when the ClientHello is already there), and with the
+    handshake's outcome in our hands. asyncio's SSLProtocol runs on uvloop."""
+    handshake = loop.create_future()
+
+    def done(future: asyncio.Future[None]) -> None:
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None:
+            on_failure(exc)
+
+    handshake.add_done_callback(done)
+    tls = sslproto.SSLProtocol(
+        loop,
+        protocol,
+        context,
+        handshake,
+        server_side=True,
+        ssl_handshake_timeout=timeout,  # type: ignore[arg-type]
+    )
+    transport.set_protocol(tls)
+    tls.connection_made(transport)

@@ -38,7 +38,8 @@ class EdgeCollector(Collector):
         )
         timeouts = CounterMetricFamily(
             f"{PREFIX}_request_timeouts",
-            "Connections closed because a request head or body did not arrive in time.",
+            "Connections closed because a request head or body did not arrive in time, "
+            "or their answers were not read in time (send).",
             labels=["listener", "phase"],
         )
         lingering = CounterMetricFamily(

@@ -4,28 +4,26 @@ answers at once and TLS handshakes described in :mod:`authn_gateway.edge`."""
 from __future__ import annotations
 
 import asyncio
-import ssl
-from asyncio import sslproto
-from typing import Any, cast
+from typing import Any
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..callerauth import CALLER_KEY, CERT_NAMES_KEY
-from ..tls import certificate_names
-from .answers import OkFramer, error_reply
-from .batching import BatchedTransport, batch_for
+from .answers import OkFramer
+from .connection import EdgeConnection
 from .cycle import ClosingTransport, Cycle
-from .handshake import QUIET_REASONS, handshake_reason
-from .limits import EdgeLimits
+from .intake import (
+    BODY_HIGH_WATER,
+    HEAD_END,
+    MAX_PIPELINED,
+    READ_SLICE,
+    WRITE_HIGH_WATER,
+    piece_end,
+    read_buffer_for,
+)
 
-# Data is fed to the parser in slices of this size, so an unfinished head is measured
-# to within one slice wherever it starts in a read (pipelining), and httptools never
-# buffers more than max_header_bytes + READ_SLICE of it.
-READ_SLICE = 4096
 
-
-class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
+class GatewayHttpProtocol(EdgeConnection):
     """uvicorn's httptools protocol with the edge's bounds (see :mod:`authn_gateway.edge`),
     plus what the ASGI scope lacks: the verified client certificate's names."""
 
@@ -33,168 +31,58 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        self.edge: EdgeLimits = config.edge
-        self._cert_names: tuple[str, ...] = ()
-        self._counted = False
-        self._timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._head_count = 0
         self._raw_head_bytes = 0
         self._in_head = True
-        # Between the first byte of a request (on_message_begin) and its headers' end.
-        self._head_started = False
         self._headers_done = False
-        self._too_large = False
         self._upgrade_body = False
-        self._draining = False
-        self.lingering = False
-        self._linger_read = 0
-        self._tls_wrapped = False
-        # A 400/431 waiting for the pipelined requests before it to be answered.
-        self._refusal: tuple[int, str] | None = None
         # A request whose task is held back until its read ends: answered at once if
         # it completes in this read and ``answer_at_once`` has its answer.
         self._held: Cycle | None = None
         self._answer_at_once = self.edge.answer_at_once
-        # Since when the connection has been idle (None: a request is being read or run).
-        self._idle_since: float | None = None
         self._max_head_bytes = self.edge.max_header_bytes
         self._max_headers = self.edge.max_headers
         self._ok = OkFramer()
-
-    # --- connection life ---------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if self._tls_wrapped:
-            # Called again by the TLS layer, with the TLS transport, once the handshake
-            # is complete.
-            self._http_connection_made(transport)
-            return
-        edge = self.edge
-        if edge.stats.open_connections >= edge.max_connections:
-            # Established connections keep working; this one costs nothing more.
-            edge.stats.refused_connections += 1
-            transport.abort()
-            return
-        self._counted = True
-        edge.stats.open_connections += 1
-        if edge.tls_context is None:
-            self._http_connection_made(transport)
-            return
-        self._wrap_tls(transport, edge.tls_context())
-
-    def _wrap_tls(self, transport: asyncio.Transport, context: ssl.SSLContext) -> None:
-        # What loop.start_tls does, but before any byte is read (uvloop's start_tls
-        # loses a handshake now and then when the ClientHello is already there), and
-        # with the handshake's outcome in our hands. asyncio's SSLProtocol runs on uvloop.
-        self._tls_wrapped = True
-        handshake = self.loop.create_future()
-        handshake.add_done_callback(lambda done: self._handshake_done(done, transport))
-        tls = sslproto.SSLProtocol(
-            self.loop,
-            self,
-            context,
-            handshake,
-            server_side=True,
-            ssl_handshake_timeout=self.edge.header_timeout,  # type: ignore[arg-type]
-        )
-        transport.set_protocol(tls)
-        tls.connection_made(transport)
-
-    def _handshake_done(self, done: asyncio.Future[None], transport: asyncio.Transport) -> None:
-        exc = None if done.cancelled() else done.exception()
-        if exc is None:
-            return
-        edge = self.edge
-        label, detail = handshake_reason(exc)
-        edge.stats.handshake_failures[label] += 1
-        self._uncount()
-        if label in QUIET_REASONS:
-            return
-        peer = transport.get_extra_info("peername")
-        edge.handshake_log.warning(
-            label,
-            "TLS handshake failed (%s) from %s: %s",
-            label,
-            peer[0] if peer else "unknown",
-            detail,
-        )
-
-    def _http_connection_made(self, transport: asyncio.Transport) -> None:
-        # Every write of this connection waits for the end of the loop's turn (batching.py).
-        batched = BatchedTransport(transport, batch_for(self.loop))
-        super().connection_made(cast(asyncio.Transport, batched))
-        ssl_object = transport.get_extra_info("ssl_object")
-        if ssl_object is not None:
-            # The certificate was verified against the client CA during the handshake.
-            self._cert_names = certificate_names(ssl_object.getpeercert())
-        self._arm(self.edge.header_timeout, "head")
-        if self.edge.draining:
-            self.shutdown()
-
-    def _uncount(self) -> None:
-        if self._counted:
-            self._counted = False
-            self.edge.stats.open_connections -= 1
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timer()
-        if self.timeout_keep_alive_task is not None:
-            self.timeout_keep_alive_task.cancel()
-            self.timeout_keep_alive_task = None
-        self._uncount()
-        if self.transport is None:
-            return  # refused, or lost during the TLS handshake
-        super().connection_lost(exc)
-
-    def eof_received(self) -> None:
-        if self.lingering:
-            # The client is done sending: nothing unread is left to cause a reset.
-            self.transport.close()
-
-    # --- timers ------------------------------------------------------------------------
-
-    def _arm(self, seconds: float, phase: str) -> None:
-        self._cancel_timer()
-        self._timer = self.loop.call_later(seconds, self._expired, phase)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _expired(self, phase: str) -> None:
-        self._timer = None
-        if self.transport.is_closing() or self.lingering:
-            return
-        if phase == "drain":
-            if self._idle():
-                self.transport.close()
-            elif self._head_started:
-                self._arm(self.edge.header_timeout, "head")
-            return
-        self.edge.stats.timeouts[phase] += 1
-        cycle = self.cycle
-        started = (phase == "head" and self._head_started) or phase == "body"
-        if phase == "body" and cycle is not None:
-            if cycle.response_started:
-                return  # answered already; the rest of the body is discarded as it comes
-            cycle.disconnected = True
-            cycle.message_event.set()
-        if started:
-            self._write_error(408, f"request {phase} not received within the time limit")
-        self.close_lingering()
-
-    def _idle(self) -> bool:
-        return (self.cycle is None or self.cycle.response_complete) and not self._pipeline_busy()
-
-    def _pipeline_busy(self) -> bool:
-        return bool(self.pipeline) or self._head_started
+        self._feeding = False
+        self._read_buffer = read_buffer_for(self.loop)
 
     # --- reading -----------------------------------------------------------------------
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._read_buffer[:nbytes].tobytes())
+
     def data_received(self, data: bytes) -> None:
-        self._read(data)
+        # Data arrived: the connection is not idle (the keep-alive timer finds that out).
+        self._idle_since = None
+        if self.lingering:
+            self._linger_read += len(data)
+            if self._linger_read > self.edge.linger_bytes:
+                self._close()
+            return
+        if self._refusal is not None:
+            return
+        if self._stash is not None:
+            # Read before the transport's pause took effect (TLS): kept after the rest.
+            data, self._stash = self._stash[self._stash_pos :] + data, None
+        try:
+            self._take(data, 0, fresh=True)
+        except Exception as exc:
+            # A bug of ours: logged and counted once per kind; this connection is over.
+            self.edge.report_error(exc)
+            self.transport.abort()
+
+    def _take(self, data: bytes, pos: int, fresh: bool) -> None:
+        """Feed ``data[pos:]`` to the parser within the bound (intake.py); keep what the
+        bound holds back and stop reading until answers make room for it."""
+        self._feeding = True
+        try:
+            pos = self._feed_within_bound(data, pos, fresh)
+        finally:
+            self._feeding = False
         held = self._held
         if held is not None:
             # Its body is still arriving (or the read ended in an error): the ASGI way.
@@ -204,21 +92,44 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         if cycle is not None and not cycle.response_complete:
             # An answer at once marked the connection idle; a request after it is running.
             self._idle_since = None
+        if self.lingering or self._refusal is not None or self.transport.is_closing():
+            return
+        if pos < len(data):
+            self._stash, self._stash_pos = data, pos
+        if pos < len(data) or self._budget() <= 0:
+            # What waits is ours to answer: no head or body timer meanwhile.
+            self._cancel_timer()
+            self._hold_back(True)
+            return
+        self._hold_back(False)
+        self._arm_for_unfinished()
 
-    def _read(self, data: bytes) -> None:
-        if self.lingering:
-            self._linger_read += len(data)
-            if self._linger_read > self.edge.linger_bytes:
-                self.transport.close()
-            return
-        if self._refusal is not None:
-            return
-        self._unset_keepalive_if_required()
-        view = memoryview(data)
-        for start in range(0, len(data), READ_SLICE):
-            piece = data if len(data) <= READ_SLICE else bytes(view[start : start + READ_SLICE])
+    def _feed_within_bound(self, data: bytes, pos: int, fresh: bool) -> int:
+        """Feed pieces of ``data`` from ``pos`` while the bound allows; where it stopped."""
+        size = len(data)
+        first = True
+        while pos < size:
+            budget = self._budget()
+            if budget <= 0:
+                return pos
+            if not first and self.transport.get_write_buffer_size() >= WRITE_HIGH_WATER:
+                # This read's answers so far wait in the batch (batching.py): go on once
+                # it is flushed (its callback is queued first), unless they then wait in
+                # the transport (pause_writing). The first piece of a read finds the
+                # last turn's answers flushed, and flow.write_paused set if they wait.
+                self.loop.call_soon(self._resume_intake)
+                return pos
+            first = False
+            if pos == 0 and size <= READ_SLICE and data.count(HEAD_END) < budget:
+                # The usual read, one request: whole (what piece_end would say, with a
+                # head end begun in the read before counted, whether or not it was).
+                end = size
+            else:
+                end = piece_end(data, pos, budget, fresh)
+            piece = data if pos == 0 and end == size else data[pos:end]
+            pos = end
             if not self._feed(piece):
-                return
+                return size
             if self._head_started and not self._too_large:
                 self._raw_head_bytes += len(piece)
                 if self._raw_head_bytes > self.edge.max_header_bytes + READ_SLICE:
@@ -226,10 +137,40 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
                     # it until it is complete. Stop here, whatever the line says.
                     self._too_large = True
                     self.send_400_response("")
-                    return
+                    return size
+            if self.lingering or self._refusal is not None:
+                return size
+        return pos
+
+    def _budget(self) -> int:
+        """How many more request heads the parser may complete now (see intake.py)."""
+        if self.flow.write_paused:
+            return 0  # answers wait to be sent: nothing more is read until they are
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return MAX_PIPELINED
+        if len(cycle.body) >= BODY_HIGH_WATER:
+            return 0  # until its application takes what it has
+        # The running request, and those queued behind it (the newest among them).
+        return MAX_PIPELINED - 1 - len(self.pipeline)
+
+    def _resume_intake(self) -> None:
+        """Something the bound waited for happened (an answer, a drain, a body taken)."""
+        if not self._holding_back or self._feeding or self._refusal is not None:
+            return
+        if self.lingering or self.transport.is_closing() or self._budget() <= 0:
+            return
+        stash, self._stash = self._stash, None
+        try:
+            self._take(stash or b"", self._stash_pos if stash else 0, fresh=False)
+        except Exception as exc:
+            self.edge.report_error(exc)
+            self.transport.abort()
+
+    def _arm_for_unfinished(self) -> None:
         # Timers only for what a read left unfinished: a request that arrives whole
         # (the usual case) costs no timer at all.
-        if self._timer is None and not self.lingering and self._refusal is None:
+        if self._timer is None:
             if not self._in_head:
                 self._arm(self.edge.body_timeout, "body")
             elif self._head_started:
@@ -374,8 +315,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             else:
                 self._start_asgi_task(self.cycle, self.app)
         else:
-            # Pipelined requests wait their turn.
-            self.flow.pause_reading()
+            # Pipelined requests wait their turn (and the intake reads no further).
             self.pipeline.appendleft((self.cycle, self.app))
 
     def on_body(self, body: bytes) -> None:
@@ -395,7 +335,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         cycle.more_body = False
         if cycle is self._held:
             self._held = None
-            answer = self._answer_at_once(self.scope, bytes(cycle.body))  # type: ignore[misc]
+            try:
+                answer = self._answer_at_once(self.scope, bytes(cycle.body))  # type: ignore[arg-type,misc]
+            except Exception as exc:
+                # A bug of ours: logged and counted; the ASGI path answers (and catches).
+                self.edge.report_error(exc)
+                answer = None
             if answer is not None:
                 self._answer(cycle, answer)
                 return
@@ -418,10 +363,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
         self.server_state.total_requests += 1
         if not self.transport.is_closing():
             self._idle_since = None
-            self.flow.resume_reading()
             if self.pipeline:
                 cycle, app = self.pipeline.pop()
                 self._start_asgi_task(cycle, app)
+            elif self._peer_done:
+                self._close()  # it half-closed: every request it sent is answered
+                return
             else:
                 self._idle_since = self.loop.time()
                 if self.timeout_keep_alive_task is None:
@@ -432,93 +379,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):  # type: ignore[misc]
             self._send_refusal_when_due()
         elif self._draining and self._idle():
             self.close_lingering()
-
-    # --- answers the protocol writes itself -----------------------------------------
-
-    def _write_error(self, status: int, message: str) -> None:
-        self.transport.write(error_reply(status, message))
-
-    def send_400_response(self, msg: str) -> None:
-        if self.transport.is_closing() or self.lingering or self._refusal is not None:
-            return
-        if self._too_large:
-            edge = self.edge
-            self._refusal = (
-                431,
-                f"request head larger than {edge.max_header_bytes} bytes "
-                f"or {edge.max_headers} headers",
-            )
         else:
-            self._refusal = (400, msg or "invalid HTTP request")
-        if self.cycle is not None and not self.cycle.response_complete and self.cycle.more_body:
-            # The request being read is the one refused: it will not be answered.
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()
-            for entry in list(self.pipeline):
-                if entry[0] is self.cycle:
-                    self.pipeline.remove(entry)
-        self.transport.pause_reading()
-        self._send_refusal_when_due()
-
-    def _send_refusal_when_due(self) -> None:
-        # Pipelined requests before the refused one are answered first, in order.
-        if self._refusal is None or self.pipeline:
-            return
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete and not cycle.disconnected:
-            return
-        self._write_error(*self._refusal)
-        self.close_lingering()
-
-    # --- closing -----------------------------------------------------------------------
-
-    def close_lingering(self) -> None:
-        """Close after what was written, without a reset: half-close (plain TCP), then
-        read and discard until the client closes, for at most linger_seconds/bytes."""
-        if self.lingering or self.transport.is_closing():
-            return
-        self.lingering = True
-        self.edge.stats.lingering_closes += 1
-        self._cancel_timer()
-        self.pipeline.clear()
-        transport = self.transport
-        if transport.can_write_eof():
-            transport.write_eof()
-        transport.resume_reading()
-        self._timer = self.loop.call_later(self.edge.linger_seconds, transport.close)
-
-    def shutdown(self) -> None:
-        """Drain: the current or next request on this connection is its last."""
-        self._draining = self.edge.draining = True
-        if self.lingering or self.transport.is_closing():
-            return
-        if self.cycle is not None and not self.cycle.response_complete:
-            if not self.cycle.response_started:
-                self.cycle.keep_alive = False
-                self.cycle.drain_close = True
-            return
-        if self._pipeline_busy():
-            return  # its head is arriving; on_headers_complete marks it the last
-        self._arm(self.edge.drain_idle_seconds, "drain")
-
-    def _unset_keepalive_if_required(self) -> None:
-        # Data arrived: the connection is not idle (the timer, if armed, finds that out).
-        self._idle_since = None
-
-    def _keep_alive_due(self) -> None:
-        self.timeout_keep_alive_task = None
-        since = self._idle_since
-        if since is None:
-            return  # busy since: the next answer arms it again
-        remaining = since + self.timeout_keep_alive - self.loop.time()
-        if remaining > 0:
-            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_due)
-            return
-        self.timeout_keep_alive_handler()
-
-    def timeout_keep_alive_handler(self) -> None:
-        if not self.transport.is_closing() and not self.lingering:
-            self.transport.close()
+            # Room for the next request: feed what the bound held back.
+            self._resume_intake()
 
 
 class HeadTooLarge(Exception):

@@ -1,0 +1,186 @@
+"""A connection's cost is bounded whatever it sends, over real sockets to a real
+``authn-gateway serve`` process (issue 29): a client that pipelines requests and never
+reads the answers (reviews, reviews refused 401, ``/healthz`` on the ops port) keeps
+the server's RSS within the bound docs/operations.md states and is cut off after the
+send timeout while another client's reviews are answered; a review whose fields have
+the wrong JSON types is a 400 naming the field however it arrives; a client that
+half-closes after its request still gets its answer."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loadtests.pipeflood import CALLER_TOKEN, FLOODS, ops_port
+from loadtests.pipeflood import config as flood_config
+from tests.conftest import userinfo_backend
+from tests.support.fakes.idp import FakeIdP
+from tests.support.flood import flood
+from tests.support.procs import GatewayProcess, metric_value, review_body, start_gateway
+from tests.support.rawhttp import Reader, request
+
+# docs/operations.md ("Connections and timeouts"): what one connection may cost the
+# process with the default limits, whatever it sends.
+BOUND_PER_CONNECTION_KIB = 200
+SEND_TIMEOUT = 1.5
+
+
+def started(gw: GatewayProcess) -> GatewayProcess:
+    deadline = time.monotonic() + 30
+    while "Application startup complete" not in gw.logs():
+        assert gw.proc.poll() is None and time.monotonic() < deadline, gw.logs()
+        time.sleep(0.05)
+    return gw
+
+
+def assert_no_traceback(gw: GatewayProcess) -> None:
+    logs = gw.logs()
+    assert "Traceback" not in logs and "Exception in ASGI" not in logs, logs[-3000:]
+
+
+@pytest.mark.parametrize("name", ["review", "review-401", "ops-healthz"])
+def test_a_client_that_pipelines_and_never_reads_is_bounded_and_cut_off(
+    tmp_path: Path, name: str
+) -> None:
+    request_bytes, callers, on_ops = FLOODS[name]
+    connections = 2
+    gw = started(
+        start_gateway(flood_config(callers, connections, SEND_TIMEOUT), tmp_path, name=name)
+    )
+    try:
+        headers = {"authorization": f"Bearer {CALLER_TOKEN}"} if callers else {}
+        client = httpx.Client(timeout=5, headers=headers)
+
+        def other() -> None:
+            answer = client.post(f"{gw.url}/authenticate", json=review_body("t" * 16))
+            assert answer.status_code == 200 and answer.json()["status"]["authenticated"], (
+                answer.status_code,
+                answer.text,
+            )
+
+        other()
+        time.sleep(1)
+        port = ops_port(gw.logs()) if on_ops else gw.port
+        result = flood(
+            port, request_bytes, gw.proc.pid, 12, connections, other, receive_buffer=4096
+        )
+        client.close()
+        summary = result.summary()
+        # Every flooding connection was cut off by the send timeout...
+        assert all(closed is not None for closed in result.closed_after), summary
+        # ...memory stayed within the bound meanwhile...
+        assert result.growth_kib <= connections * BOUND_PER_CONNECTION_KIB, summary
+        # ...and another client's reviews were answered all along.
+        assert not result.failures and len(result.latencies) > 20, summary
+        assert max(result.latencies) < 2.0, summary
+        text = httpx.get(f"http://127.0.0.1:{ops_port(gw.logs())}/metrics", timeout=5).text
+        listener = "ops" if on_ops else "review"
+        cut = metric_value(
+            text, "authn_gateway_request_timeouts_total", listener=listener, phase="send"
+        )
+        assert cut >= connections, summary
+        assert_no_traceback(gw)
+    finally:
+        gw.stop()
+
+
+# --- a review's fields of the wrong JSON type ------------------------------------------
+
+STATIC = {"name": "demo", "type": "static", "tokens": [{"token": "t" * 16, "username": "u"}]}
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    gw = started(start_gateway({"logging": {"reviews": False}, "backends": [STATIC]}, tmp_path))
+    yield gw
+    gw.stop()
+
+
+WRONG_TYPES = [
+    ({"apiVersion": [], "kind": "TokenReview", "spec": {"token": "t"}}, "apiVersion"),
+    ({"apiVersion": {}, "kind": "TokenReview", "spec": {"token": "t"}}, "apiVersion"),
+    (
+        {"apiVersion": "authentication.k8s.io/v1", "kind": ["TokenReview"], "spec": {}},
+        "kind",
+    ),
+    ({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": []}, "spec"),
+]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-read", "body-after-head"])
+@pytest.mark.parametrize(("doc", "field"), WRONG_TYPES)
+def test_a_field_of_the_wrong_type_is_a_400_naming_it_and_the_connection_goes_on(
+    gateway: GatewayProcess, doc: dict[str, Any], field: str, split: bool
+) -> None:
+    raw = request(json.dumps(doc).encode())
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as s:
+        reader = Reader(s)
+        if split:
+            head, _, body = raw.partition(b"\r\n\r\n")
+            s.sendall(head + b"\r\n\r\n")
+            time.sleep(0.2)
+            s.sendall(body)
+        else:
+            s.sendall(raw)
+        answer = reader.response()
+        assert answer is not None, "no answer"
+        status, _, body = answer
+        assert status == 400, (status, body)
+        assert json.loads(body)["message"].startswith(field), body
+        # The connection is kept alive and answers the next review.
+        s.sendall(request(json.dumps(review_body("t" * 16)).encode()))
+        after = reader.response()
+        assert after is not None and after[0] == 200, after
+    assert_no_traceback(gateway)
+
+
+# --- half-close -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def idp_gateway(fake_idp: FakeIdP, tmp_path: Path) -> Iterator[GatewayProcess]:
+    config = {"logging": {"reviews": False}, "backends": [userinfo_backend(fake_idp)]}
+    gw = started(start_gateway(config, tmp_path))
+    yield gw
+    gw.stop()
+
+
+def review(token: str) -> bytes:
+    return request(json.dumps(review_body(token)).encode())
+
+
+def test_a_client_that_half_closes_after_a_miss_gets_its_answer_then_the_end(
+    idp_gateway: GatewayProcess, fake_idp: FakeIdP
+) -> None:
+    fake_idp.configure(latency=0.3)  # the answer comes well after the client's FIN
+    with socket.create_connection(("127.0.0.1", idp_gateway.port), timeout=10) as s:
+        s.sendall(review("good-halfclose") + review("good-second"))
+        s.shutdown(socket.SHUT_WR)
+        reader = Reader(s)
+        answers = [reader.response(), reader.response()]
+        assert reader.at_eof()
+    users = [json.loads(a[2])["status"]["user"]["username"] for a in answers if a]
+    assert users == ["halfclose", "second"], answers
+    assert answers[1] is not None and answers[1][1].get("connection") == "close"
+    assert fake_idp.calls == 2
+
+
+def test_a_client_that_half_closes_inside_a_request_gets_the_earlier_answers_only(
+    idp_gateway: GatewayProcess, fake_idp: FakeIdP
+) -> None:
+    fake_idp.configure(latency=0.2)
+    with socket.create_connection(("127.0.0.1", idp_gateway.port), timeout=10) as s:
+        s.sendall(review("good-complete") + review("good-cut-short")[:-5])
+        s.shutdown(socket.SHUT_WR)
+        reader = Reader(s)
+        answer = reader.response()
+        assert answer is not None and answer[0] == 200
+        assert json.loads(answer[2])["status"]["user"]["username"] == "complete"
+        assert reader.at_eof()
