@@ -131,6 +131,7 @@ def test_username_claim_email_requires_email_verified_true_when_present() -> Non
         (lambda e: e["issuer"].update(certificateAuthority="not pem"), "issuer"),
         (lambda e: e["claimMappings"]["extra"][0].update(key="tenant"), "extra[0]"),
         (lambda e: e["claimMappings"]["extra"][0].update(key="kubernetes.io/x"), "extra[0]"),
+        (lambda e: e["claimMappings"]["extra"][0].update(key="example.com/t\n"), "extra[0]"),
         (lambda e: e["claimValidationRules"][1].pop("requiredValue"), "claimValidationRules[1]"),
         (lambda e: e.update(egressSelectorType="controlplane"), "egressSelectorType"),
     ],

@@ -19,7 +19,7 @@ from .cel import check_expression
 Expression = Annotated[str, AfterValidator(check_expression)]
 
 # kube: extra keys are lowercase domain-prefixed paths ("example.com/tenant").
-_EXTRA_KEY = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9][-a-z0-9._~/]*$")
+_EXTRA_KEY = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9][-a-z0-9._~/]*")
 _RESERVED_EXTRA_DOMAINS = ("kubernetes.io", "k8s.io")
 
 
@@ -109,7 +109,7 @@ class ExtraMapping(KubeShape):
 
     @model_validator(mode="after")
     def _check(self) -> ExtraMapping:
-        if not _EXTRA_KEY.match(self.key):
+        if not _EXTRA_KEY.fullmatch(self.key):  # not match + $: that lets a \n through
             raise ValueError(f"key: {self.key!r} must be a lowercase domain-prefixed path")
         domain = self.key.split("/", 1)[0]
         if any(domain == d or domain.endswith("." + d) for d in _RESERVED_EXTRA_DOMAINS):
