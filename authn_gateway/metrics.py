@@ -23,8 +23,8 @@ from prometheus_client.registry import Collector
 
 from backends.base import Authenticated, Outcome, Rejected
 
-from .breaker.machine import STATES
 from .breaker.override import Forced, Override
+from .breaker.transitions import STATES
 from .logsink import all_sinks
 
 LOGS = ("review", "audit", "process")

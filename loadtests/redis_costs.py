@@ -62,7 +62,7 @@ async def main(port: int) -> None:
     # As breaker/redis.py calls them: a slot taken for call "m", then freed as a success.
     await measure(
         "breaker admission script (EVALSHA)",
-        lambda: admit(keys=breaker[:3], args=[10**9, 30_000, "m", 30, 1]),
+        lambda: admit(keys=breaker, args=[10**9, 30_000, "m", 30, 1, 5]),
     )
     await measure(
         "breaker settle script (EVALSHA)",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .gate import BUSY, CallGate, Ticket
-from .machine import CLOSED, HALF_OPEN, OPEN, STATES, Breaker, ProbePermits
-from .memory import LocalProbePermits, MemoryOverrides, memory_storage
+from .machine import Breaker, ProbePermits
+from .memory import LocalProbePermits, MemoryOverrides
 from .override import Forced, Override, Overrides
 from .rates import FailureRate, SlowCalls
+from .transitions import CLOSED, HALF_OPEN, OPEN, STATES, Event
 
 __all__ = [
     "BUSY",
@@ -16,6 +17,7 @@ __all__ = [
     "STATES",
     "Breaker",
     "CallGate",
+    "Event",
     "FailureRate",
     "Forced",
     "LocalProbePermits",
@@ -25,5 +27,4 @@ __all__ = [
     "ProbePermits",
     "SlowCalls",
     "Ticket",
-    "memory_storage",
 ]

@@ -1,26 +1,31 @@
-"""Circuit breaker per backend: pybreaker's state machine, driven correctly from asyncio.
+"""Circuit breaker per backend, in one process: the state machine of :mod:`.transitions`,
+kept in a pybreaker ``CircuitBreaker`` through its public API.
 
-Why not ``@breaker`` on an ``async def``: pybreaker would record success when the
-coroutine object is *created*, not when it finishes, and its half-open state lets
-every concurrent coroutine through as a probe. So the I/O happens outside pybreaker:
+pybreaker's own ways of feeding outcomes do not fit: ``@breaker`` on an ``async def``
+records success when the coroutine object is *created*, its half-open state lets every
+concurrent coroutine through as a probe, and ``CircuitBreaker.call`` moves by rules of
+its own (any success closes a half-open breaker; a late normal failure re-opens it) that
+differ from the table the fleet's scripts follow (docs/decisions.md). So:
 
-1. :meth:`Breaker.admit` decides, without I/O, whether a call may go out
-   (closed: yes; open: no until ``reset_timeout``; half-open: only while one of the
-   K probe permits is free);
+1. :meth:`Breaker.admit` decides, without I/O, whether a call may go out (closed: yes;
+   open: no until the probe time; then, and half-open, only while one of the K probe
+   permits is free);
 2. the caller awaits the backend;
-3. :meth:`Breaker.record` feeds the outcome back through ``CircuitBreaker.call``
-   with a synchronous thunk, so pybreaker's own counting and transitions apply.
+3. :meth:`Breaker.record` applies the outcome's event (ok, fail, probe_ok, probe_fail)
+   by :data:`.transitions.TABLE`.
 
-State lives in a pybreaker ``CircuitBreakerStorage``; probe permits behind
-:class:`ProbePermits`. Both have in-memory versions in :mod:`.memory` and shared
-versions in :mod:`.redis`; :mod:`.layer` wraps an authenticator with a breaker.
+pybreaker keeps the state (``open()``, ``half_open()``, ``close()``, ``current_state``)
+and tells its listeners of each transition; its storage, held here, keeps the failure
+count and ``opened_at``. Probe permits are behind :class:`ProbePermits`
+(:mod:`.memory`); :mod:`.redis` is the fleet's version, :mod:`.layer` the layer.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pybreaker
@@ -31,11 +36,9 @@ from .gate import BUSY, Ticket
 from .memory import LocalProbePermits, MemoryOverrides
 from .override import Overridden, Override, Overrides
 from .rates import FailureRate, SlowCalls
+from .transitions import CLOSED, HALF_OPEN, OPEN, Event, finished, step
 
 log = logging.getLogger(__name__)
-
-CLOSED, OPEN, HALF_OPEN = pybreaker.STATE_CLOSED, pybreaker.STATE_OPEN, pybreaker.STATE_HALF_OPEN
-STATES = (CLOSED, OPEN, HALF_OPEN, "forced_open", "forced_closed")
 
 
 class ProbePermits(Protocol):
@@ -52,10 +55,6 @@ class ProbePermits(Protocol):
     def spent(self, permit: str) -> None:
         """The probe was made and its outcome recorded."""
         ...
-
-
-class _Unhealthy(Exception):
-    """The outcome fed into pybreaker for an unavailable backend."""
 
 
 class _TransitionListener(pybreaker.CircuitBreakerListener):  # type: ignore[misc]
@@ -84,7 +83,7 @@ class LocalSlots:
 
 
 _NORMAL = Ticket(permit=None)
-_PROBE = Ticket(permit="probe?")  # internal: half-open, a probe permit is needed
+_PROBE = Ticket(permit="probe?")  # internal: a probe may go if a permit is free
 
 
 class Breaker(Overridden):
@@ -94,7 +93,6 @@ class Breaker(Overridden):
         fail_max: int,
         reset_timeout: float,
         probes: ProbePermits,
-        storage: pybreaker.CircuitBreakerStorage | None = None,
         on_transition: Callable[[str, str, str], None] | None = None,
         failure_rate: FailureRate | None = None,
         max_hold: float = 300.0,
@@ -111,16 +109,20 @@ class Breaker(Overridden):
         self._on_transition = on_transition
         # Kept apart from the state machine (override.py): a reload keeps the board.
         self.overrides = overrides if overrides is not None else MemoryOverrides()
+        #: The failure count and opened_at (pybreaker's storage interface, public).
+        self.storage = pybreaker.CircuitMemoryStorage(CLOSED)
         self._cb = pybreaker.CircuitBreaker(
             fail_max=fail_max,
             reset_timeout=reset_timeout,
-            # One healthy probe closes the breaker.
-            success_threshold=1,
-            state_storage=storage or pybreaker.CircuitMemoryStorage(CLOSED),
+            state_storage=self.storage,
             listeners=[_TransitionListener(self._transition)],
             name=name,
-            throw_new_error_on_trip=False,
         )
+        self._moves: dict[str, Callable[[], Any]] = {
+            OPEN: self._cb.open,
+            HALF_OPEN: self._cb.half_open,
+            CLOSED: self._cb.close,
+        }
 
     def reshare(self, fail_max: int, max_in_flight: int | None) -> None:
         """Run on a new part of the fleet's bounds (a fleet replica while Redis is down,
@@ -140,23 +142,56 @@ class Breaker(Overridden):
         if self._on_transition is not None:
             self._on_transition(self.name, old, new)
 
+    def _apply(self, event: Event, trip_opened_at: float = 0.0) -> None:
+        """Move by :data:`.transitions.TABLE`, through pybreaker's public API."""
+        state, failures = self._cb.current_state, self.storage.counter
+        opened = self.storage.opened_at
+        before = opened.timestamp() if opened is not None else 0.0
+        after = step(
+            state,
+            event,
+            failures,
+            before,
+            now=time.time(),
+            fail_max=self._cb.fail_max,
+            trip_opened_at=trip_opened_at,
+        )
+        if after.failures == 0 and failures != 0:
+            self.storage.reset_counter()
+        elif after.failures == failures + 1:
+            self.storage.increment_counter()
+        if after.state != state:
+            self._moves[after.state]()  # pybreaker's listeners hear of it
+        if after.state == OPEN and (state != OPEN or after.opened_at != before):
+            # open() stamped "now"; the table may have said a trip's time.
+            self.storage.opened_at = datetime.fromtimestamp(after.opened_at, UTC)
+
     @property
     def machine_state(self) -> str:
         state: str = self._cb.current_state
         return state
 
-    def refresh(self) -> str:
-        """Pick up a state another replica wrote to shared storage (fires transitions)."""
-        return str(self._cb.state.name)
+    @property
+    def failures(self) -> int:
+        """Consecutive failures counted while closed."""
+        count: int = self.storage.counter
+        return count
 
     async def admit(self) -> Ticket | None:
         """A ticket if a call may go to the backend now, :data:`BUSY` if too many are
         in flight, else None (fail fast)."""
-        decided = self._decide()
-        if decided is _PROBE:
-            permit = await self._probes.try_acquire()
-            decided = Ticket(permit) if permit is not None else None
-        return self._with_slot(decided)
+        wanted = self._wanted()
+        if wanted is _PROBE:
+            return self._probe(await self._probes.try_acquire())
+        return self._with_slot(wanted)
+
+    def admit_now(self) -> Ticket | None:
+        """:meth:`admit` for in-process probe permits (no I/O)."""
+        wanted = self._wanted()
+        if wanted is _PROBE:
+            assert isinstance(self._probes, LocalProbePermits)
+            return self._probe(self._probes.acquire_now())
+        return self._with_slot(wanted)
 
     def fails_fast(self) -> bool:
         override = self.override
@@ -164,14 +199,28 @@ class Breaker(Overridden):
             return override is Override.FORCED_OPEN
         return self._cb.current_state == OPEN and self.seconds_until_probe() > 0
 
-    def admit_now(self) -> Ticket | None:
-        """:meth:`admit` for in-process probe permits (no I/O)."""
-        decided = self._decide()
-        if decided is _PROBE:
-            assert isinstance(self._probes, LocalProbePermits)
-            permit = self._probes.acquire_now()
-            decided = Ticket(permit) if permit is not None else None
-        return self._with_slot(decided)
+    def _wanted(self) -> Ticket | None:
+        override = self.override
+        if override is Override.FORCED_OPEN:
+            return None
+        if override is Override.FORCED_CLOSED:
+            return _NORMAL
+        state = self._cb.current_state
+        if state == CLOSED:
+            return _NORMAL
+        if state == OPEN and self.seconds_until_probe() > 0:
+            return None
+        return _PROBE
+
+    def _probe(self, permit: str | None) -> Ticket | None:
+        """A probe's ticket, once it has a permit and a slot: only then is it ``due``
+        (open moves to half-open), as in admit.lua."""
+        if permit is None:
+            return None
+        ticket = self._with_slot(Ticket(permit))
+        if ticket is not BUSY:
+            self._apply(Event.DUE)
+        return ticket
 
     def _with_slot(self, ticket: Ticket | None) -> Ticket | None:
         if ticket is None or self.slots is None or self.override is Override.FORCED_CLOSED:
@@ -182,28 +231,12 @@ class Breaker(Overridden):
             return BUSY
         return Ticket(ticket.permit, slot=True)
 
-    def _decide(self) -> Ticket | None:
-        override = self.override
-        if override is Override.FORCED_OPEN:
-            return None
-        if override is Override.FORCED_CLOSED:
-            return _NORMAL
-        state = self.refresh()
-        if state == CLOSED:
-            return _NORMAL
-        if state == OPEN:
-            if self.seconds_until_probe() > 0:
-                return None
-            self._cb.half_open()
-        return _PROBE
-
     def seconds_until_probe(self) -> float:
         """While open: seconds until a probe may go out (0 when it may now)."""
-        opened_at = self._cb._state_storage.opened_at
+        opened_at = self.storage.opened_at
         if self._cb.current_state != OPEN or opened_at is None:
             return 0.0
-        until = opened_at + timedelta(seconds=self._cb.reset_timeout) - datetime.now(UTC)
-        return max(0.0, until.total_seconds())
+        return max(0.0, opened_at.timestamp() + self._cb.reset_timeout - time.time())
 
     def release(self, ticket: Ticket) -> None:
         """Give back a ticket whose call was never made."""
@@ -211,6 +244,7 @@ class Breaker(Overridden):
             self.slots.give_back()
         if ticket.permit is not None:
             self._probes.release(ticket.permit)
+        self._apply(Event.RELEASE)
 
     def record(self, ticket: Ticket, outcome: Outcome, seconds: float | None = None) -> None:
         """Feed one finished call's outcome (and how long it took) to the state machine."""
@@ -220,26 +254,17 @@ class Breaker(Overridden):
             self._probes.spent(ticket.permit)
         if self.override is not Override.NONE:
             return
+        # A rejected token is a healthy answer from the IdP.
         failed = isinstance(outcome, Unavailable)
+        self._apply(finished(probe=ticket.permit is not None, failed=failed))
         # A probe is judged by its answer, slow or not: a restarted IdP's first answer is
         # often slow (the real Keystone in tests/test_keystone.py), and with one probe a
         # slow-probe rule would keep it open. Slowness is judged over the closed window.
-        slow = self._slow_calls
-        try:
-            if failed:
-                self._cb.call(_raise_unhealthy)
-            else:
-                # A rejected token is a healthy answer from the IdP.
-                self._cb.call(_healthy)
-        except (_Unhealthy, pybreaker.CircuitBreakerError):
-            # Either the failure we fed in, or the breaker opened meanwhile (a call that
-            # started before the trip finished after it): nothing more to record.
-            pass
-        rate = self._failure_rate
+        rate, slow = self._failure_rate, self._slow_calls
         if rate is not None and rate.add(failed) and self._cb.current_state == CLOSED:
             log.warning("breaker %s: failure rate over its window reached the threshold", self.name)
             rate.clear()  # the next closed period starts a fresh window
-            self._cb.open()
+            self._trip(self._cb.reset_timeout)
         if (
             slow is not None
             and seconds is not None
@@ -248,7 +273,12 @@ class Breaker(Overridden):
         ):
             log.warning("breaker %s: slow calls over its window reached the threshold", self.name)
             slow.clear()
-            self._cb.open()
+            self._trip(self._cb.reset_timeout)
+
+    def _trip(self, seconds: float) -> None:
+        """The table's ``trip``: open, the next probe in ``seconds``, unless already
+        open with a later one."""
+        self._apply(Event.TRIP, time.time() + seconds - self._cb.reset_timeout)
 
     @property
     def max_hold(self) -> float:
@@ -274,12 +304,7 @@ class Breaker(Overridden):
                 self._max_hold,
             )
             seconds = self._max_hold
-        if self._cb.current_state != OPEN:
-            self._cb.open()
-        # opened_at is set so that opened_at + reset_timeout is the time the IdP asked for.
-        self._cb._state_storage.opened_at = datetime.now(UTC) + timedelta(
-            seconds=seconds - self._cb.reset_timeout
-        )
+        self._trip(seconds)
 
     def force(self, override: Override, seconds: float = 3600.0) -> None:
         """Set an override in this process (tests, and the board's memory version)."""
@@ -292,11 +317,3 @@ class Breaker(Overridden):
         )
         if self._on_transition is not None:
             self._on_transition(self.name, previous, self.state)
-
-
-def _healthy() -> None:
-    return None
-
-
-def _raise_unhealthy() -> None:
-    raise _Unhealthy

@@ -1,4 +1,4 @@
-"""The breaker's in-process state: pybreaker's memory storage, K local probe permits and
+"""The breaker's in-process state beside its state machine: K local probe permits and
 the operator overrides."""
 
 from __future__ import annotations
@@ -6,13 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import pybreaker
-
 from .override import Forced, Override, renewed
-
-
-def memory_storage() -> pybreaker.CircuitBreakerStorage:
-    return pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
 
 
 class LocalProbePermits:

@@ -34,15 +34,19 @@ from backends.base import Outcome, Unavailable
 
 from ..redis_link import RedisDown, RedisLink, lua_script
 from .gate import BUSY, Ticket
-from .machine import CLOSED, HALF_OPEN, OPEN, Breaker
+from .machine import Breaker
 from .override import Overridden, Override, Overrides
 from .rates import FailureRate, SlowCalls
+from .transitions import CLOSED, HALF_OPEN, OPEN, Event, lua_rows, step
 
 log = logging.getLogger(__name__)
 
-ADMIT = lua_script(__package__, "admit.lua")
-SETTLE = lua_script(__package__, "settle.lua")
-HOLD = lua_script(__package__, "hold.lua")
+# The state machine's table and step (transitions.py, transitions.lua), in front of
+# each script that moves the state.
+TRANSITIONS = lua_rows() + lua_script(__package__, "transitions.lua")
+ADMIT = TRANSITIONS + lua_script(__package__, "admit.lua")
+SETTLE = TRANSITIONS + lua_script(__package__, "settle.lua")
+HOLD = TRANSITIONS + lua_script(__package__, "hold.lua")
 
 
 class FleetTicket(Ticket):
@@ -113,9 +117,6 @@ class FleetBreaker(Overridden):
     def machine_state(self) -> str:
         return self._mirror if self._link.shared else self._local.machine_state
 
-    def refresh(self) -> str:
-        return self.state
-
     def adopt(self, state: str, opened_at: float) -> None:
         """Take the fleet's state (from a script's answer, a message or the sync)."""
         if state not in (CLOSED, OPEN, HALF_OPEN):
@@ -146,8 +147,15 @@ class FleetBreaker(Overridden):
             reply = await self._link.script(
                 "breaker_admit",
                 ADMIT,
-                [self.keys.state, self.keys.in_flight, self.keys.probes],
-                [self._max_in_flight, self._slot_ttl_ms, member, self._reset_timeout, self._probes],
+                [self.keys.state, self.keys.in_flight, self.keys.probes, self.keys.failures],
+                [
+                    self._max_in_flight,
+                    self._slot_ttl_ms,
+                    member,
+                    self._reset_timeout,
+                    self._probes,
+                    self._fail_max,
+                ],
             )
         except RedisDown:
             return self._admit_locally()
@@ -234,7 +242,19 @@ class FleetBreaker(Overridden):
         seconds = min(seconds, self.max_hold)  # breaker.max_retry_after_seconds
         self._local.hold_open(seconds)
         if self._link.shared:
-            self.adopt(OPEN, time.time() + seconds - self._reset_timeout)
+            # The mirror takes the same step at once, so this replica fails fast before
+            # the script answers (and the answer then sets it).
+            now = time.time()
+            held = step(
+                self._mirror,
+                Event.TRIP,
+                0,
+                self._opened_at,
+                now=now,
+                fail_max=self._fail_max,
+                trip_opened_at=now + seconds - self._reset_timeout,
+            )
+            self.adopt(held.state, held.opened_at)
             self._spawn(self._hold_remote(seconds))
 
     async def _hold_remote(self, seconds: float) -> None:
@@ -243,7 +263,7 @@ class FleetBreaker(Overridden):
                 "breaker_hold",
                 HOLD,
                 [self.keys.state, self.keys.failures],
-                [seconds, self._reset_timeout, self.channel, self.name],
+                [seconds, self._reset_timeout, self.channel, self.name, self._fail_max],
             )
             self._adopt_reply(reply)
 

@@ -18,9 +18,9 @@ import orjson
 from ..redis_link import REPLICA_ID, RedisDown, RedisLink, lua_script
 from ..tasks import STOP_PATIENCE, cancel_and_wait
 from .gate import replica_view
-from .machine import CLOSED
 from .redis import FleetBreaker, decoded
 from .redis_overrides import RedisOverrides, forced_fields, forced_from
+from .transitions import CLOSED
 
 log = logging.getLogger(__name__)
 
