@@ -8,68 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import uvloop
 from uvicorn.server import ServerState
 
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
 from authn_gateway.edge.batching import BatchedTransport, WriteBatch
 from authn_gateway.edge.intake import MAX_PIPELINED, WRITE_HIGH_WATER
 from authn_gateway.server import _UvicornConfig
+from tests.support.inprocess import LOOPS, RecordingTransport, post, run, turns
 
 ANSWER = b'{"answer":"at once"}'
-
-
-def post(body: bytes, *headers: bytes) -> bytes:
-    head = b"POST /authenticate HTTP/1.1\r\nhost: gw\r\ncontent-length: %d\r\n" % len(body)
-    return head + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
-
-
-class RecordingTransport:
-    """What the protocol asks of its transport, in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, bytes]] = []
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.calls.append(("write", bytes(data)))
-
-    def write_eof(self) -> None:
-        self.calls.append(("write_eof", b""))
-
-    def close(self) -> None:
-        self.closing = True
-        self.calls.append(("close", b""))
-
-    def abort(self) -> None:
-        self.closing = True
-        self.calls.append(("abort", b""))
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 40000)}.get(
-            name, default
-        )
-
-    def pause_reading(self) -> None: ...
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
-    def set_protocol(self, protocol: Any) -> None: ...
-    def resume_reading(self) -> None: ...
-
-    def writes(self) -> list[bytes]:
-        return [data for call, data in self.calls if call == "write"]
 
 
 async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -98,24 +49,6 @@ def connection() -> tuple[GatewayHttpProtocol, RecordingTransport]:
     transport = RecordingTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
-
-
-async def turns(n: int = 5) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
-
-
-LOOPS: list[Callable[[], asyncio.AbstractEventLoop]] = [
-    asyncio.new_event_loop,
-    uvloop.new_event_loop,
-]
-
-
-def run(
-    loop_factory: Callable[[], asyncio.AbstractEventLoop], main: Coroutine[Any, Any, None]
-) -> None:
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main)
 
 
 @pytest.mark.parametrize("loop_factory", LOOPS)

@@ -16,6 +16,7 @@ from authn_gateway.tokenreview import (
     render_unauthenticated,
 )
 from backends.base import UserInfo
+from tests.support.fuzz import JSON, REVIEWS
 
 V1 = "authentication.k8s.io/v1"
 V1BETA1 = "authentication.k8s.io/v1beta1"
@@ -101,26 +102,7 @@ def test_empty_username_cannot_be_built() -> None:
 
 # --- any JSON at all (issue 29: a list where a string belongs raised TypeError) ------------
 
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False)
-    | st.text(max_size=20)
-    | st.sampled_from([V1, V1BETA1, "TokenReview", ""]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
-    max_leaves=20,
-)
 FIELDS = ("apiVersion", "kind", "spec", "token", "audiences")
-# Documents shaped like a review, with any JSON in any field: where the bugs were.
-REVIEWS = st.fixed_dictionaries(
-    {},
-    optional={
-        "apiVersion": JSON,
-        "kind": JSON,
-        "spec": JSON | st.fixed_dictionaries({}, optional={"token": JSON, "audiences": JSON}),
-    },
-)
 
 
 def parsed_or_refused(raw: bytes) -> None:
