@@ -8,6 +8,7 @@ half-closes after its request still gets its answer."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -184,3 +185,39 @@ def test_a_client_that_half_closes_inside_a_request_gets_the_earlier_answers_onl
         assert answer is not None and answer[0] == 200
         assert json.loads(answer[2])["status"]["user"]["username"] == "complete"
         assert reader.at_eof()
+
+
+# --- the ops listener's own cap ---------------------------------------------------------
+
+
+def test_the_ops_port_takes_64_connections_and_closes_more_at_once(tmp_path: Path) -> None:
+    # Each may hold up to the per-connection bound: the ops port's share is capped apart
+    # from server.max_connections (docs/operations.md, "Connections and timeouts").
+    config = {"logging": {"reviews": False}, "server": {"ops": {"port": 0}}, "backends": [STATIC]}
+    gw = started(start_gateway(config, tmp_path))
+    try:
+        port = ops_port(gw.logs())
+        held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(64)]
+        try:
+            # Established: each answers a probe.
+            for s in held:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                answer = Reader(s).response()
+                assert answer is not None and answer[0] == 200
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=5) as extra,
+                contextlib.suppress(ConnectionResetError),
+            ):
+                assert extra.recv(100) == b""  # closed at once
+            # The review port is another listener, with its own count.
+            assert httpx.get(f"{gw.url}/authenticate", timeout=5).status_code == 405
+        finally:
+            held.pop().close()
+        time.sleep(0.3)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert metric_value(text, "authn_gateway_connections_limit", listener="ops") == 64
+        assert metric_value(text, "authn_gateway_connections_refused_total", listener="ops") == 1
+        for s in held:
+            s.close()
+    finally:
+        gw.stop()

@@ -208,3 +208,37 @@ def test_an_application_that_fails_is_answered_503_never_500_and_the_connection_
         assert len(reported) == 1
 
     run(loop_factory, main())
+
+
+class UnreadTransport(PausableTransport):
+    """A peer that reads nothing: what is written stays in the transport's buffer."""
+
+    def get_write_buffer_size(self) -> int:
+        return sum(len(data) for data in self.writes())
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_close_waiting_on_answers_nobody_reads_is_cut_off_after_the_send_timeout(
+    loop_factory: Any,
+) -> None:
+    # uvloop's close() waits for the write buffer to drain, however long: a client that
+    # never reads would hold its connection (and a max_connections slot) for ever.
+    async def main() -> None:
+        app = Held()
+        app.release.set()
+        limits = EdgeLimits(linger_seconds=0.05, send_timeout=0.1)
+        config = _UvicornConfig(
+            app, edge=limits, http=GatewayHttpProtocol, lifespan="off", log_config=None
+        )
+        config.load()
+        conn = GatewayHttpProtocol(config=config, server_state=ServerState(), app_state={})
+        transport = UnreadTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.data_received(b"GET /last HTTP/1.1\r\nconnection: close\r\n\r\n")
+        await asyncio.sleep(0.1)
+        assert [call for call, _ in transport.calls][-2:] == ["write_eof", "close"]
+        await asyncio.sleep(0.2)
+        assert transport.calls[-1][0] == "abort", transport.calls
+        assert limits.stats.timeouts["send"] == 1
+
+    run(loop_factory, main())
