@@ -46,6 +46,9 @@ def assert_no_traceback(gw: GatewayProcess) -> None:
     assert "Traceback" not in logs and "Exception in ASGI" not in logs, logs[-3000:]
 
 
+# The flooding client and the gateway each take a core for a few seconds: run alone
+# (scripts/test.sh), so neither starves the timing of tests beside them.
+@pytest.mark.exclusive
 @pytest.mark.parametrize("name", ["review", "review-401", "ops-healthz"])
 def test_a_client_that_pipelines_and_never_reads_is_bounded_and_cut_off(
     tmp_path: Path, name: str
