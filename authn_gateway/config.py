@@ -98,9 +98,10 @@ class ServerSettings(Strict):
     send_timeout_seconds: PositiveFloat = 10.0
     # Open connections per process; beyond it new ones are closed at once and counted
     # (authn_gateway_connections_refused_total) while established ones keep working.
-    # A connection holds under 200 KiB of RSS whatever it sends (docs/operations.md,
-    # "What one connection can cost"); kube-apiserver needs a handful.
-    max_connections: int = Field(default=1000, ge=1, le=100_000)
+    # A connection holds under 200 KiB of RSS whatever it sends, 300 over TLS
+    # (docs/operations.md, "What one connection can cost"): 500 fit the pod's 512 MiB
+    # beside a full cache; kube-apiserver needs a handful.
+    max_connections: int = Field(default=500, ge=1, le=100_000)
     # Drain in-flight reviews this long on SIGTERM before closing connections.
     graceful_shutdown_seconds: PositiveFloat = 10.0
     # On SIGTERM an idle kept-alive connection waits this long for one more request,

@@ -21,7 +21,7 @@ from .limits import EdgeLimits
 # A TLS connection's received-but-unread bytes are bounded too (asyncio's SSL protocol
 # holds 256 KiB): above one TLS record (16 KiB and its overhead), or it could stall
 # mid-record. Unsent answers have the plain connection's mark (it would hold 512 KiB).
-TLS_READ_HIGH_WATER = 64 * 1024
+TLS_READ_HIGH_WATER = 32 * 1024
 
 
 class EdgeConnection(HttpToolsProtocol, asyncio.BufferedProtocol):  # type: ignore[misc]
