@@ -95,12 +95,12 @@ def checker(reviews: list[Review], calls: list[Call] = (), applied: list[Applied
 def served(
     t: float, slot: int, user: str, as_user: str | None = None, kind: str = "known"
 ) -> Review:
-    return Review(t, t + 0.01, slot, kind, user, 200, True, as_user or user)
+    return Review(t, t + 0.01, slot, -5.0, kind, user, 200, True, as_user or user)
 
 
 def test_an_answer_naming_another_user_or_a_5xx_is_caught() -> None:
     check = checker(
-        [served(1, 0, "known1", "known2"), Review(2, 2, 1, "junk", None, 503)]
+        [served(1, 0, "known1", "known2"), Review(2, 2, 1, -5.0, "junk", None, 503)]
     ).identities()
     assert not check.ok and len(check.violations) == 2, check
 
@@ -119,7 +119,7 @@ def test_an_evicted_user_served_before_the_idp_said_yes_again_is_caught() -> Non
 
 
 def test_a_known_user_refused_is_caught_unless_the_idp_refused_them_first() -> None:
-    refused = Review(10, 10.01, 0, "known", "known3", 200, error="idp: circuit breaker open")
+    refused = Review(10, 10.01, 0, -5.0, "known", "known3", 200, error="idp: circuit breaker open")
     reviews = [served(t, 0, "known3") for t in range(1, 10)] + [refused]
     assert not checker(reviews).known_users_served().ok
     idp_said_no = Call(9.5, 9.6, 401, "known3", False)
@@ -141,3 +141,20 @@ def test_a_run_is_summarised_and_drawn(tmp_path: Path) -> None:
     assert doc["seed"] == 1 and doc["per_second"]["known_served_share"][0] == 1.0, doc
     plot(outcome, tmp_path / "run.png")
     assert (tmp_path / "run.png").stat().st_size > 10_000
+
+
+def test_a_rolls_new_process_is_not_credited_with_what_the_old_one_served() -> None:
+    # During a roll the new process shares its slot with the old one until the swap; a
+    # user the old one served is not known to the new one, which has nowhere to read
+    # them from while Redis is cut: excused. The same process failing them is not.
+    cut = Fault(0, "redis_cut", "redis", 10.0, 5.0)
+    applied = [Applied(cut, 10.0, 15.0)]
+    old = served(9.0, 1, "known4")
+    new_process = Review(12.0, 12.01, 1, 11.0, "known", "known4", 200, error="breaker open")
+    check = Checker(
+        RUN, [old, new_process], [], applied, Replicas([(1, -5.0, 11.5), (1, 11.0, None)]), [], 0.0
+    )
+    assert check.known_users_served().ok
+    same_process = Review(12.0, 12.01, 1, -5.0, "known", "known4", 200, error="breaker open")
+    check = Checker(RUN, [old, same_process], [], applied, Replicas([(1, -5.0, None)]), [], 0.0)
+    assert not check.known_users_served().ok

@@ -99,8 +99,13 @@ class ChaosFleet:
     def note(self, text: str) -> None:
         self.events.append((time.monotonic() - self.t0, text))
 
-    def ready_urls(self) -> list[tuple[int, str]]:
-        return [(r.slot, r.url) for r in self.replicas if r.in_rotation and r.ready]
+    def ready_urls(self) -> list[tuple[int, str, float]]:
+        """(slot, url, when its process started: seconds since t0) of each replica in
+        rotation and ready. A roll's new process shares its slot with the old one until
+        the swap: the start time tells which of them answered."""
+        return [
+            (r.slot, r.url, r.started - self.t0) for r in self.replicas if r.in_rotation and r.ready
+        ]
 
     async def poll_readiness(self) -> None:
         async with httpx.AsyncClient(timeout=2.0) as client:

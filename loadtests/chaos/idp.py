@@ -7,6 +7,7 @@ and whose token it carried (the name in ``good-<name>~...``; never the token).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ class RecordingIdP(FakeIdP):
         super().__init__()
         self.calls_seen: list[Call] = []
         self._records = threading.Lock()
+        # Calls in service, held: a hung call waits on an event nothing else refers to,
+        # and once its connection is gone the collector would destroy it mid-wait
+        # ("Task was destroyed but it is pending"); stop() cancels them.
+        self._serving: set[asyncio.Task[object]] = set()
 
     async def _answer_served(
         self, method: str, target: str, headers: dict[str, str], body: bytes
@@ -42,11 +47,15 @@ class RecordingIdP(FakeIdP):
         with self._records:
             self.calls_seen.append(call)
         status: int | None = None
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
         try:
             status, hdrs, out, served = await super()._answer_served(method, target, headers, body)
             return status, hdrs, out, served
         finally:
             call.ended, call.status = time.monotonic(), status
+            self._serving.discard(task)
 
     def records(self) -> list[Call]:
         with self._records:

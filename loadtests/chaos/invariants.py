@@ -48,12 +48,12 @@ class Replicas:
 
     processes: list[tuple[int, float, float | None]]
 
-    def process_of(self, slot: int, t: float) -> tuple[float, float | None] | None:
-        best = None
-        for s, started, stopped in self.processes:
-            if s == slot and started <= t and (best is None or started > best[0]):
-                best = (started, stopped)
-        return best
+    def stopped(self, slot: int, started: float) -> float | None:
+        """When the process of ``slot`` that started at ``started`` was stopped."""
+        for s, began, stopped in self.processes:
+            if s == slot and abs(began - started) < 1e-6:
+                return stopped
+        return None
 
 
 def _overlaps(a: Window, windows: Iterable[Window]) -> bool:
@@ -205,8 +205,10 @@ class Checker:
         for r in self.reviews:
             if r.kind != "known" or r.user is None:
                 continue
-            proc = self.replicas.process_of(r.slot, r.sent) if r.slot is not None else None
-            key = (r.slot if r.slot is not None else -1, proc[0] if proc else 0.0, r.user)
+            proc = None
+            if r.slot is not None and r.process is not None:
+                proc = (r.process, self.replicas.stopped(r.slot, r.process))
+            key = (r.slot if r.slot is not None else -1, r.process or 0.0, r.user)
             if not r.failed and key not in first_served:
                 first_served[key] = r.sent
             if self._excused(r, proc, key, first_served):

@@ -29,6 +29,8 @@ class Review:
     sent: float  # seconds since t0
     done: float
     slot: int | None  # None: no replica was ready
+    # When the process that answered started (seconds since t0); None: none was ready.
+    process: float | None
     kind: str  # "known", "cold" (never seen, valid) or "junk"
     user: str | None  # the identity the token belongs to; None for junk
     status: int | None  # None: no HTTP answer (connection refused or reset, timeout)
@@ -79,8 +81,8 @@ class Load:
         recorded: the run's clock (t0) starts after it."""
         for i in range(self.run.known_users):
             token, user = known_token(i)
-            for slot, url in self.fleet.ready_urls():
-                await self._one(url, slot, "known", token, user, record=False)
+            for slot, url, process in self.fleet.ready_urls():
+                await self._one(url, slot, process, "known", token, user, record=False)
 
     async def offer(self, until: float) -> None:
         """Send reviews at ``rate`` until ``until`` (seconds since t0)."""
@@ -95,10 +97,11 @@ class Load:
             ready = self.fleet.ready_urls()
             if not ready:
                 t = self.now()
-                self.reviews.append(Review(t, t, None, kind, user, None, error="no ready replica"))
+                missed = Review(t, t, None, None, kind, user, None, error="no ready replica")
+                self.reviews.append(missed)
             else:
-                slot, url = ready[next(turn) % len(ready)]
-                task = asyncio.ensure_future(self._one(url, slot, kind, token, user))
+                slot, url, process = ready[next(turn) % len(ready)]
+                task = asyncio.ensure_future(self._one(url, slot, process, kind, token, user))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             due += step
@@ -109,10 +112,17 @@ class Load:
             await asyncio.wait(self._tasks, timeout=15)
 
     async def _one(
-        self, url: str, slot: int, kind: str, token: str, user: str | None, record: bool = True
+        self,
+        url: str,
+        slot: int,
+        process: float,
+        kind: str,
+        token: str,
+        user: str | None,
+        record: bool = True,
     ) -> None:
         sent = self.now()
-        review = Review(sent, sent, slot, kind, user, None)
+        review = Review(sent, sent, slot, process, kind, user, None)
         try:
             answer = await self._client.post(
                 f"{url}/authenticate?timeout=30s", json=review_body(token)
