@@ -74,7 +74,8 @@ def plot(outcome: Outcome, path: Path) -> None:
             lanes.barh(y, a.ended - a.began, left=a.began, height=0.6, alpha=0.6)
         else:
             lanes.plot([a.began], [y], marker="v", markersize=9)
-        lanes.text(a.began, y + 0.35, a.fault.kind, fontsize=6, rotation=20)
+        if a.ended - a.began >= 3:  # labels for the longer ones only: readable
+            lanes.text(a.began, y + 0.35, a.fault.kind, fontsize=5, rotation=20)
     lanes.set_yticks(list(rows.values()), list(rows))
     lanes.set_title(f"seed {outcome.run.seed}: faults")
     idp.step(x, series["idp_calls"], where="post", label="IdP calls per second")

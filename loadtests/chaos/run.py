@@ -70,11 +70,13 @@ async def run_once(run: RunSettings, faults: list[Fault], workdir: Path) -> Outc
         sampler = asyncio.ensure_future(_sample_rss(fleet, outcome))
         executor = Executor(fleet)
         playing = asyncio.ensure_future(executor.run(faults))
-        offering = asyncio.ensure_future(load.offer(run.duration))
+        await load.offer(run.duration)
+        while not playing.done():
+            # A lane behind its schedule (rollouts take what they take): load goes on.
+            await load.offer(load.now() + 1.0)
         await playing
         outcome.applied = executor.applied
         last = max((a.ended for a in executor.applied), default=0.0)
-        await offering
         await load.offer(max(run.duration, last + run.recovery_seconds + AFTER_RECOVERY))
         await load.drain()
         outcome.ended = load.now()
