@@ -1,3 +1,3 @@
-from .cli import main
+from authn_gateway.cli import main
 
 raise SystemExit(main())

@@ -12,10 +12,10 @@ from typing import NoReturn
 import orjson
 from pydantic import ValidationError
 
-from . import __version__, admin_cli
-from .config import ConfigError, GatewayConfig, ServerSettings, load_config
-from .logsetup import configure_logging
-from .tokenreview import API_VERSIONS, describe, render_verdict
+from authn_gateway import __version__, admin_cli
+from authn_gateway.config import ConfigError, GatewayConfig, ServerSettings, load_config
+from authn_gateway.observe.logsetup import configure_logging
+from authn_gateway.review.tokenreview import API_VERSIONS, describe, render_verdict
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,7 +110,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 1
     config = overridden
     configure_logging(config.logging.level, config.logging.format, config.logging.queue_lines)
-    from .server import serve
+    from authn_gateway.serve.server import serve
 
     return serve(config, args.config)
 
@@ -119,8 +119,8 @@ async def _build_and_close(config: GatewayConfig, source: str) -> None:
     """Build what serve builds before it listens (the TLS context from its files, the
     gateway with its backends, token files, CA bundles and Redis client), then
     release it. Nothing connects anywhere."""
-    from .gateway import Gateway
-    from .tls import ServerTLS, TLSError
+    from authn_gateway.edge.tls import ServerTLS, TLSError
+    from authn_gateway.serve.gateway import Gateway
 
     s = config.server
     if s.tls is not None:
@@ -158,7 +158,7 @@ async def _review(
     api_version: str,
     audiences: tuple[str, ...],
 ) -> tuple[bytes, str]:
-    from .gateway import Gateway
+    from authn_gateway.serve.gateway import Gateway
 
     gateway = Gateway(config, source=str(source))
     await gateway.start()

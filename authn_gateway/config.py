@@ -17,11 +17,10 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 from redis.connection import parse_url
 
+from authn_gateway.secret_strength import StrongSecret, secret_weakness
 from backends import load_builtin
 from backends.registry import settings_types, type_names
 from backends.settings import BackendSettings, CacheSettings, PositiveFloat, Rate, Secret, Strict
-
-from .secret_strength import StrongSecret, secret_weakness
 
 # Every backend type registers itself (backends.registry); the union follows.
 load_builtin()
@@ -175,7 +174,7 @@ class LoggingSettings(Strict):
 
 
 class ReadinessSettings(Strict):
-    """/readyz of a cold pod: see authn_gateway/readiness.py and docs/operations.md."""
+    """/readyz of a cold pod: see authn_gateway/observe/readiness.py and docs/operations.md."""
 
     # Until every backend has answered once (a probe of a token no IdP knows), the pod
     # is not ready; after this long it is ready anyway. 0: ready at once.

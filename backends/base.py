@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
-    from .shared import SharedBlobs
+    from backends.shared import SharedBlobs
 
 #: Why a backend refused: the IdP's verdict on the token ("idp"), a token the protocol
 #: cannot carry ("unsendable"), or an IdP answer that lacks what the identity mapping

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import httpx
 
-from .base import HeldBack
+from backends.base import HeldBack
 
 #: Request extension marking the call the review's budget layer already paid for.
 PAID_KEY = "backends.paid_by_review"

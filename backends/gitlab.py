@@ -30,9 +30,9 @@ import httpx
 from cachetools import TTLCache
 from pydantic import Field, model_validator
 
-from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
-from .budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
-from .http import (
+from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
+from backends.http import (
     PoolSettings,
     TLSClientSettings,
     header_safe,
@@ -41,8 +41,8 @@ from .http import (
     transport_failure,
     unsendable,
 )
-from .registry import register
-from .settings import BackendSettings, NonNegativeFloat, Strict
+from backends.registry import register
+from backends.settings import BackendSettings, NonNegativeFloat, Strict
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 from pydantic import Field
 
-from .base import BackendConfigError, Rejected, Unavailable
-from .budget import BudgetedTransport, CallBudget, CallHeldBack
-from .settings import Strict, TimeoutSettings
-from .wire import ANSWERED, BODY_READ, CONNECTING, SENDING, AiohttpWire
+from backends.base import BackendConfigError, Rejected, Unavailable
+from backends.budget import BudgetedTransport, CallBudget, CallHeldBack
+from backends.settings import Strict, TimeoutSettings
+from backends.wire import ANSWERED, BODY_READ, CONNECTING, SENDING, AiohttpWire
 
 log = logging.getLogger(__name__)
 

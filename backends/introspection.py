@@ -25,14 +25,20 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, model_validator
 
-from .base import Authenticated, Backend, Outcome, Rejected, Unavailable
-from .budget import UNLIMITED, CallBudget
-from .http import PoolSettings, TLSClientSettings, make_client, server_failure, transport_failure
-from .jwt import idtoken
-from .jwt.kube import ClaimRules
-from .jwt.mapping import map_claims
-from .registry import register
-from .settings import BackendSettings, Secret, Strict
+from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable
+from backends.budget import UNLIMITED, CallBudget
+from backends.http import (
+    PoolSettings,
+    TLSClientSettings,
+    make_client,
+    server_failure,
+    transport_failure,
+)
+from backends.jwt import idtoken
+from backends.jwt.kube import ClaimRules
+from backends.jwt.mapping import map_claims
+from backends.registry import register
+from backends.settings import BackendSettings, Secret, Strict
 
 # The token types that are access tokens a bearer may present. RFC 7662 section 2.2
 # gives token_type as an access token's type (RFC 6749 section 5.1: "Bearer"); many

@@ -54,7 +54,7 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn, parse_dn
 from pydantic import Field, model_validator
 
-from .base import (
+from backends.base import (
     Authenticated,
     Backend,
     BackendConfigError,
@@ -63,10 +63,10 @@ from .base import (
     Unavailable,
     UserInfo,
 )
-from .budget import UNLIMITED, CallBudget
-from .http import TLSClientSettings
-from .registry import register
-from .settings import BackendSettings, Secret, Strict
+from backends.budget import UNLIMITED, CallBudget
+from backends.http import TLSClientSettings
+from backends.registry import register
+from backends.settings import BackendSettings, Secret, Strict
 
 log = logging.getLogger(__name__)
 

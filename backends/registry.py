@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar, cast, get_args
 
-from .settings import BackendSettings
+from backends.settings import BackendSettings
 
 S = TypeVar("S", bound=type[BackendSettings])
 

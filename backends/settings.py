@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from .base import Backend
-from .budget import UNLIMITED, CallBudget
+from backends.base import Backend
+from backends.budget import UNLIMITED, CallBudget
 
 
 def per_second(rate: str | float) -> float:

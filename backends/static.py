@@ -23,10 +23,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Authenticated, Backend, BackendConfigError, Outcome, Rejected, UserInfo
-from .budget import UNLIMITED, CallBudget
-from .registry import register
-from .settings import BackendSettings, Secret, Strict
+from backends.base import Authenticated, Backend, BackendConfigError, Outcome, Rejected, UserInfo
+from backends.budget import UNLIMITED, CallBudget
+from backends.registry import register
+from backends.settings import BackendSettings, Secret, Strict
 
 log = logging.getLogger(__name__)
 

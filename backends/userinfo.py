@@ -21,9 +21,9 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field
 
-from .base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
-from .budget import UNLIMITED, CallBudget
-from .http import (
+from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
+from backends.budget import UNLIMITED, CallBudget
+from backends.http import (
     PoolSettings,
     TLSClientSettings,
     header_safe,
@@ -32,8 +32,8 @@ from .http import (
     transport_failure,
     unsendable,
 )
-from .registry import register
-from .settings import BackendSettings
+from backends.registry import register
+from backends.settings import BackendSettings
 
 # What an OIDC provider answers a client registered for signed userinfo.
 JWT = "application/jwt"

@@ -34,7 +34,7 @@ import aiohttp
 import httpx
 from yarl import URL
 
-from .one_answer import TESTED_AIOHTTP_MINORS, guarded_connector, untested_aiohttp
+from backends.one_answer import TESTED_AIOHTTP_MINORS, guarded_connector, untested_aiohttp
 
 log = logging.getLogger(__name__)
 

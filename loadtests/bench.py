@@ -378,8 +378,8 @@ def miss_cost(workdir: Path, idp_url: str, idp_port: int, n: int) -> dict[str, f
 
 MEMORY_PROBE = r"""
 import gc, json, os, resource, sys, time, tracemalloc
-from authn_gateway.cache import MemoryStore, ReviewCache
-from authn_gateway.keys import TokenHasher
+from authn_gateway.layers.cache import MemoryStore, ReviewCache
+from authn_gateway.keyed_hashes import TokenHasher
 from backends.settings import CacheSettings
 from backends.base import Authenticated, UserInfo
 

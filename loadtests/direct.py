@@ -13,7 +13,7 @@ Variants, each on a fresh IdP queue and counters:
   tokens go before refreshes; a waiter whose deadline passed is never sent.
 * ``fixed-6, arrival order``: the same limit, first come first served.
 * ``gateway limiter``: the gateway's own :class:`ConcurrencyLimiter` and Vegas limit
-  (authn_gateway/limit/), cold first, in this light process: the algorithm without the
+  (authn_gateway/layers/concurrency/), cold first, in this light process: the algorithm without the
   gateway's own CPU cost, to tell one from the other.
 
 Every figure is the IdP's own (``/_fake/stats``) except "cold authenticated/s", which
@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from authn_gateway.limit.slots import ConcurrencyLimiter, Priority, Refusal, Slot
-from authn_gateway.limit.vegas import VegasLimit
+from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority, Refusal, Slot
+from authn_gateway.layers.concurrency.vegas import VegasLimit
 
 COLD, REFRESH = Priority.NO_FALLBACK, Priority.HAS_FALLBACK
 

@@ -27,14 +27,14 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from authn_gateway.app import GatewayApp
 from authn_gateway.config import parse_config
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
-from authn_gateway.gateway import Gateway
-from authn_gateway.logsink import LogSink
-from authn_gateway.prerejection import prerejection_reason
-from authn_gateway.server import _UvicornConfig
-from authn_gateway.tokenreview import parse_review, render_verdict
+from authn_gateway.observe.logsink import LogSink
+from authn_gateway.review.prerejection import prerejection_reason
+from authn_gateway.review.tokenreview import parse_review, render_verdict
+from authn_gateway.serve.app import GatewayApp
+from authn_gateway.serve.gateway import Gateway
+from authn_gateway.serve.server import _UvicornConfig
 from backends.base import Authenticated, UserInfo
 
 from .refapps import raw_app

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from authn_gateway.config import parse_config
-from authn_gateway.gateway import Gateway
+from authn_gateway.serve.gateway import Gateway
 from tests.support.fakes.issuer import FakeIssuer
 
 ROUNDS, N = 5, 2000

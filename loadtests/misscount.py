@@ -81,11 +81,11 @@ async def _calls(row: str, url: str, calls: int) -> None:
 async def _gateway_miss(
     url: str,
 ) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
-    from authn_gateway.app import GatewayApp
     from authn_gateway.config import parse_config
     from authn_gateway.edge import GatewayHttpProtocol
-    from authn_gateway.gateway import Gateway
-    from authn_gateway.logsink import LogSink
+    from authn_gateway.observe.logsink import LogSink
+    from authn_gateway.serve.app import GatewayApp
+    from authn_gateway.serve.gateway import Gateway
 
     from .hotpath import connection
     from .misspath import BODY, CONFIG, REQUEST, AwaitedTransport, fresh_token

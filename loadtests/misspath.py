@@ -30,11 +30,11 @@ from typing import Any
 import aiohttp
 import httpx
 
-from authn_gateway.app import GatewayApp
 from authn_gateway.config import parse_config
 from authn_gateway.edge import GatewayHttpProtocol
-from authn_gateway.gateway import Gateway
-from authn_gateway.logsink import LogSink
+from authn_gateway.observe.logsink import LogSink
+from authn_gateway.serve.app import GatewayApp
+from authn_gateway.serve.gateway import Gateway
 from backends.base import Authenticated
 from tests.support.procs import free_port, wait_for_port
 

@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from authn_gateway.config import load_config
-from authn_gateway.tokenreview import (
+from authn_gateway.review.tokenreview import (
     BadReview,
     parse_review,
     render_authenticated,

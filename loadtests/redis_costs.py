@@ -20,8 +20,8 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from authn_gateway.breaker.redis import ADMIT, SETTLE
-from authn_gateway.bucket.redis import GCRA_TAKE
+from authn_gateway.layers.breaker.redis import ADMIT, SETTLE
+from authn_gateway.layers.bucket.redis import GCRA_TAKE
 from tests.support.redis_server import RedisServer
 
 N = 5000

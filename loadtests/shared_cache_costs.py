@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from authn_gateway.cache.memory import MemoryStore
-from authn_gateway.cache.policy import CacheEntry
-from authn_gateway.cache.redis import EntryCodec, TieredCacheStore
 from authn_gateway.config import RedisSettings
-from authn_gateway.keys import TokenHasher
-from authn_gateway.metrics import Metrics
-from authn_gateway.redis_link import RedisLink
+from authn_gateway.fleet.redis_link import RedisLink
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.cache.memory import MemoryStore
+from authn_gateway.layers.cache.policy import CacheEntry
+from authn_gateway.layers.cache.redis import EntryCodec, TieredCacheStore
+from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticated, UserInfo
 from tests.support.redis_server import RedisServer
 

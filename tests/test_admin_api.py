@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from authn_gateway.revocation_api import MAX_BODY
+from authn_gateway.serve.admin_api import MAX_BODY
 from tests.support.procs import GatewayProcess, free_port, start_gateway
 
 TOKEN = base64.b64encode(os.urandom(32)).decode()

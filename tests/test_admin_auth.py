@@ -21,9 +21,9 @@ import pytest
 from pydantic import SecretStr
 from starlette.requests import Request
 
-from authn_gateway import admin_auth
-from authn_gateway.admin_auth import AdminGuard
-from authn_gateway.metrics import Metrics
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.serve import admin_auth
+from authn_gateway.serve.admin_auth import AdminGuard
 from tests.support.procs import GatewayProcess, free_port, metric_value, start_gateway
 
 TOKEN = base64.b64encode(os.urandom(32)).decode()

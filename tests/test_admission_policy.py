@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from authn_gateway.config import GatewayConfig
-from authn_gateway.markers import Markers
-from authn_gateway.tokenreview import render_verdict
+from authn_gateway.review.markers import Markers
+from authn_gateway.review.tokenreview import render_verdict
 from backends.base import Authenticated, UserInfo, Verdict
 from tests.support.kube import validate
 from tests.support.kustomize import render

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from authn_gateway.breaker import (
+from authn_gateway.layers.breaker import (
     Breaker,
     FailureRate,
     LocalProbePermits,
@@ -13,11 +13,11 @@ from authn_gateway.breaker import (
     Override,
     SlowCalls,
 )
-from authn_gateway.breaker.layer import BreakerLayer, OpenBreakerLayer
-from authn_gateway.limit.layer import ConcurrencyLayer
-from authn_gateway.limit.slots import ConcurrencyLimiter
-from authn_gateway.limit.vegas import VegasLimit, VegasSettings
-from authn_gateway.metrics import Metrics
+from authn_gateway.layers.breaker.layer import BreakerLayer, OpenBreakerLayer
+from authn_gateway.layers.concurrency.layer import ConcurrencyLayer
+from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter
+from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
+from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo, Verdict
 
 DOWN = Unavailable("down")

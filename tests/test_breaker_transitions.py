@@ -25,9 +25,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from authn_gateway.breaker import BUSY, Breaker, LocalProbePermits, MemoryOverrides, Ticket
-from authn_gateway.breaker.redis import TRANSITIONS, FleetBreaker, FleetTicket
-from authn_gateway.breaker.transitions import (
+from authn_gateway.config import RedisSettings
+from authn_gateway.fleet.redis_link import RedisLink
+from authn_gateway.layers.breaker import BUSY, Breaker, LocalProbePermits, MemoryOverrides, Ticket
+from authn_gateway.layers.breaker.redis import TRANSITIONS, FleetBreaker, FleetTicket
+from authn_gateway.layers.breaker.transitions import (
     CLOSED,
     HALF_OPEN,
     OPEN,
@@ -38,9 +40,7 @@ from authn_gateway.breaker.transitions import (
     finished,
     step,
 )
-from authn_gateway.config import RedisSettings
-from authn_gateway.metrics import Metrics
-from authn_gateway.redis_link import RedisLink
+from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticated, Unavailable, UserInfo
 from tests.support.redis_server import RedisServer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from authn_gateway.bucket import InboundLimiter, MemoryBucketStore, gcra, per_second
+from authn_gateway.layers.bucket import InboundLimiter, MemoryBucketStore, gcra, per_second
 
 
 def test_burst_then_steady_rate() -> None:

@@ -8,9 +8,9 @@ import hmac
 import orjson
 import pytest
 
-from authn_gateway.cache import CacheEntry, MemoryStore, ReviewCache
-from authn_gateway.cache.redis import EntryCodec
-from authn_gateway.keys import TokenHasher
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.cache import CacheEntry, MemoryStore, ReviewCache
+from authn_gateway.layers.cache.redis import EntryCodec
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 from backends.settings import CacheSettings
 

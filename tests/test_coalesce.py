@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from authn_gateway.coalesce import SingleFlight
+from authn_gateway.layers.coalesce import SingleFlight
 
 
 async def test_concurrent_callers_share_one_call() -> None:

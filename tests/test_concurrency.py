@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from authn_gateway.limit.slots import ConcurrencyLimiter, Priority, Refusal, Slot
-from authn_gateway.limit.vegas import VegasLimit, VegasSettings
+from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority, Refusal, Slot
+from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
 
 
 class Clock:

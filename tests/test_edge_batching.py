@@ -17,7 +17,7 @@ from uvicorn.server import ServerState
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
 from authn_gateway.edge.batching import BatchedTransport, WriteBatch
 from authn_gateway.edge.intake import MAX_PIPELINED, WRITE_HIGH_WATER
-from authn_gateway.server import _UvicornConfig
+from authn_gateway.serve.server import _UvicornConfig
 from tests.support.inprocess import LOOPS, RecordingTransport, post, run, turns
 
 ANSWER = b'{"answer":"at once"}'

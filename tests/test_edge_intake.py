@@ -20,7 +20,7 @@ from uvicorn.server import ServerState
 
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
 from authn_gateway.edge.intake import MAX_PIPELINED, READ_SLICE, piece_end
-from authn_gateway.server import _UvicornConfig
+from authn_gateway.serve.server import _UvicornConfig
 from tests.support.inprocess import LOOPS, RecordingTransport, post, run, turns
 
 # --- piece_end: never more heads in a piece than there is room for ----------------------

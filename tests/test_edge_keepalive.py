@@ -13,7 +13,7 @@ import uvloop
 from uvicorn.server import ServerState
 
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
-from authn_gateway.server import _UvicornConfig
+from authn_gateway.serve.server import _UvicornConfig
 
 KEEP_ALIVE = 0.4
 BODY = json.dumps({"ok": True}).encode()

@@ -12,8 +12,8 @@ import httpx
 import pytest
 import yaml
 
-from authn_gateway.bucket import MemoryBucketStore, TokenBucket
 from authn_gateway.config import ConfigError, parse_config
+from authn_gateway.layers.bucket import MemoryBucketStore, TokenBucket
 from backends.base import Authenticated, Rejected, Unavailable
 from backends.gitlab import (
     GitLabBackend,

@@ -51,9 +51,9 @@ def test_the_image_build_stage_installs_a_working_gateway(tmp_path: Path) -> Non
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in (
         "authn_gateway/default.yaml",
-        "authn_gateway/pipeline.py",
-        "authn_gateway/stores.py",
-        "authn_gateway/bucket/gcra_take.lua",
+        "authn_gateway/review/pipeline.py",
+        "authn_gateway/fleet/stores.py",
+        "authn_gateway/layers/bucket/gcra_take.lua",
         "backends/keystone/backend.py",
         "backends/ldap.py",
         "backends/gitlab.py",

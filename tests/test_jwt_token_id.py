@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from authn_gateway.keys import TokenHasher
+from authn_gateway.keyed_hashes import TokenHasher
 from backends.base import Authenticated, Rejected
 from backends.jws import canonical_spelling, is_canonical, is_canonical_segment
 from tests.support.fakes.issuer import INTROSPECT_PATH, FakeIssuer

@@ -168,7 +168,7 @@ def test_refused_connection_is_one_attempt() -> None:
 def test_service_account_jwt_is_what_the_gateway_prerejects() -> None:
     import random
 
-    from authn_gateway.prerejection import is_service_account_jwt
+    from authn_gateway.review.prerejection import is_service_account_jwt
 
     token = service_account_jwt("kube-system", "default", random.Random(1))
     assert token.startswith("eyJ") and token.count(".") == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from authn_gateway.metrics import Metrics
+from authn_gateway.observe.metrics import Metrics
 from tests.support.procs import metric_value
 
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from authn_gateway.config import parse_config
-from authn_gateway.gateway import Gateway
-from authn_gateway.limit.slots import ConcurrencyLimiter, Priority, Slot
-from authn_gateway.prerejection import is_service_account_jwt, prerejection_reason
-from authn_gateway.tokenreview import render_verdict
+from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority, Slot
+from authn_gateway.review.prerejection import is_service_account_jwt, prerejection_reason
+from authn_gateway.review.tokenreview import render_verdict
+from authn_gateway.serve.gateway import Gateway
 from backends.base import (
     Authenticated,
     Backend,

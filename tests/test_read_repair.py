@@ -1,4 +1,4 @@
-"""What Redis lost is put back from the replicas' local tiers (authn_gateway/cache/repair.py):
+"""What Redis lost is put back from the replicas' local tiers (layers/cache/repair.py):
 read-repair of one identity a review finds missing, and an emptied Redis noticed within
 a second by its epoch marker; never an identity an operator evicted meanwhile. In
 process, over a real redis-server; the process-level scenario (a pod restarted after a
@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from prometheus_client import generate_latest
 
-from authn_gateway.cache.memory import MemoryStore
-from authn_gateway.cache.policy import CacheEntry
-from authn_gateway.cache.redis import EntryCodec, TieredCacheStore
 from authn_gateway.config import RedisSettings
-from authn_gateway.keys import TokenHasher
-from authn_gateway.metrics import Metrics
-from authn_gateway.redis_link import RedisLink
+from authn_gateway.fleet.redis_link import RedisLink
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.cache.memory import MemoryStore
+from authn_gateway.layers.cache.policy import CacheEntry
+from authn_gateway.layers.cache.redis import EntryCodec, TieredCacheStore
+from authn_gateway.observe.metrics import Metrics
 from authn_gateway.revocation import subject as subjects
 from backends.base import Authenticated, UserInfo
 from tests.support.procs import metric_value

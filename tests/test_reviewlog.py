@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from authn_gateway import reviewlog
-from authn_gateway.logsink import LogSink
-from authn_gateway.reviewlog import ReviewLog
+from authn_gateway.observe import reviewlog
+from authn_gateway.observe.logsink import LogSink
+from authn_gateway.observe.reviewlog import ReviewLog
 
 
 def written(log: ReviewLog, out: io.StringIO) -> list[str]:
@@ -231,7 +231,7 @@ def test_a_user_name_with_a_newline_cannot_forge_a_review_line() -> None:
 def test_process_log_messages_are_one_line_whatever_their_values() -> None:
     import logging
 
-    from authn_gateway.logsetup import TextFormatter
+    from authn_gateway.observe.logsetup import TextFormatter
 
     record = logging.LogRecord(
         "backends.x", logging.WARNING, __file__, 1, "user %s", ("eve\n2026 ERROR forged",), None

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from authn_gateway.config import ConfigError, parse_config
-from authn_gateway.keys import TokenHasher
+from authn_gateway.keyed_hashes import TokenHasher
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
@@ -269,10 +269,10 @@ def test_a_value_signed_with_an_unknown_secret_is_refused_and_named_by_key_id(
     accept: ignored, counted, and logged with its (non-secret) key id."""
     import redis
 
-    from authn_gateway.cache import CacheEntry
-    from authn_gateway.cache.redis import EntryCodec
-    from authn_gateway.carryover import cache_namespace
     from authn_gateway.config import GatewayConfig
+    from authn_gateway.layers.cache import CacheEntry
+    from authn_gateway.layers.cache.redis import EntryCodec
+    from authn_gateway.serve.carryover import cache_namespace
     from backends.base import Authenticated, UserInfo
 
     cfg = config(fake_idp, redis_server, NEW, [OLD])
@@ -321,8 +321,8 @@ def test_entries_name_their_secret_and_stay_readable_by_the_previous_version() -
 
     import orjson
 
-    from authn_gateway.cache import CacheEntry
-    from authn_gateway.cache.redis import EntryCodec
+    from authn_gateway.layers.cache import CacheEntry
+    from authn_gateway.layers.cache.redis import EntryCodec
     from backends.base import Authenticated, UserInfo
 
     key, now = b"k" * 32, time.time()

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client import generate_latest
 
 from authn_gateway.config import parse_config
-from authn_gateway.gateway import Gateway
+from authn_gateway.serve.gateway import Gateway
 from backends.base import Authenticated, Rejected, Verdict
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP

@@ -326,8 +326,8 @@ def test_an_empty_bearer_matches_no_empty_token_that_bypassed_the_config() -> No
     # let an empty bearer through the comparison.
     from pydantic import SecretStr
 
-    from authn_gateway.callerauth import CallerAuth, bearer_token
     from authn_gateway.config import CallerToken, ServerSettings
+    from authn_gateway.edge.callerauth import CallerAuth, bearer_token
 
     empty = CallerToken.model_construct(name="api", token=SecretStr(""))
     auth = CallerAuth(ServerSettings.model_construct(caller_tokens=[empty], tls=None))

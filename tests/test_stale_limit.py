@@ -19,10 +19,10 @@ import pytest
 import redis
 import yaml
 
-from authn_gateway.carryover import cache_namespace
 from authn_gateway.config import GatewayConfig
-from authn_gateway.gateway import Gateway
-from authn_gateway.keys import TokenHasher
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.serve.carryover import cache_namespace
+from authn_gateway.serve.gateway import Gateway
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from authn_gateway.tokenreview import (
+from authn_gateway.review.tokenreview import (
     BadReview,
     parse_review,
     render_authenticated,

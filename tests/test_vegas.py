@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from authn_gateway.limit.vegas import VegasLimit, VegasSettings
+from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
 
 
 class Clock:

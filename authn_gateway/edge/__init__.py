@@ -46,7 +46,7 @@ See docs/decisions.md ("The HTTP edge: uvicorn, extended") for why this extends
 uvicorn instead of replacing it.
 """
 
-from .limits import EdgeLimits, EdgeStats
-from .protocol import GatewayHttpProtocol
+from authn_gateway.edge.limits import EdgeLimits, EdgeStats
+from authn_gateway.edge.protocol import GatewayHttpProtocol
 
 __all__ = ["EdgeLimits", "EdgeStats", "GatewayHttpProtocol"]

@@ -10,13 +10,13 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from ..tls import certificate_names
-from .answers import error_reply
-from .batching import BatchedTransport, batch_for
-from .cycle import Cycle
-from .handshake import QUIET_REASONS, handshake_reason, wrap_tls
-from .intake import WRITE_HIGH_WATER, BufferedReader, EdgeFlow
-from .limits import EdgeLimits
+from authn_gateway.edge.answers import error_reply
+from authn_gateway.edge.batching import BatchedTransport, batch_for
+from authn_gateway.edge.cycle import Cycle
+from authn_gateway.edge.handshake import QUIET_REASONS, handshake_reason, wrap_tls
+from authn_gateway.edge.intake import WRITE_HIGH_WATER, BufferedReader, EdgeFlow
+from authn_gateway.edge.limits import EdgeLimits
+from authn_gateway.edge.tls import certificate_names
 
 # A TLS connection's received-but-unread bytes are bounded too (asyncio's SSL protocol
 # holds 256 KiB): above one TLS record (16 KiB and its overhead), or it could stall

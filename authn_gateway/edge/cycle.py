@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from ..tokenreview import render_error
+from authn_gateway.review.tokenreview import render_error
 
 if TYPE_CHECKING:
-    from .protocol import GatewayHttpProtocol
+    from authn_gateway.edge.protocol import GatewayHttpProtocol
 
 
 class ClosingTransport:

@@ -11,7 +11,7 @@ import ssl
 from asyncio import sslproto
 from collections.abc import Callable
 
-from .intake import WRITE_HIGH_WATER
+from authn_gateway.edge.intake import WRITE_HIGH_WATER
 
 # OpenSSL's reason for a failed handshake, as a Prometheus label value.
 _HANDSHAKE_REASONS = {

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..internal_errors import internal_error
-from .handshake import HANDSHAKE_REASONS
-from .ratelog import RateLimitedLog
+from authn_gateway.edge.handshake import HANDSHAKE_REASONS
+from authn_gateway.edge.ratelog import RateLimitedLog
+from authn_gateway.observe.internal_errors import internal_error
 
 # Handshake failures are logged under the edge's own name (authn_gateway.edge).
 log = logging.getLogger(__package__)

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..metrics import PREFIX
-from ..tls import ServerTLS
-from .limits import EdgeLimits
+from authn_gateway.edge.limits import EdgeLimits
+from authn_gateway.edge.tls import ServerTLS
+from authn_gateway.observe.metrics import PREFIX
 
 
 class EdgeCollector(Collector):

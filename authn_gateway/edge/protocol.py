@@ -8,11 +8,11 @@ from typing import Any
 
 import httptools
 
-from ..callerauth import CALLER_KEY, CERT_NAMES_KEY
-from .answers import OkFramer
-from .connection import EdgeConnection
-from .cycle import ClosingTransport, Cycle
-from .intake import (
+from authn_gateway.edge.answers import OkFramer
+from authn_gateway.edge.callerauth import CALLER_KEY, CERT_NAMES_KEY
+from authn_gateway.edge.connection import EdgeConnection
+from authn_gateway.edge.cycle import ClosingTransport, Cycle
+from authn_gateway.edge.intake import (
     BODY_HIGH_WATER,
     HEAD_END,
     MAX_PIPELINED,

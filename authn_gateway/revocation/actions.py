@@ -13,12 +13,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..metrics import Metrics
-from ..tasks import STOP_PATIENCE, cancel_and_wait
-from .bus import Bus, Event
-from .denylist import DenyList
-from .eviction import Evicted, Evictor
-from .subject import Subject
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.revocation.bus import Bus, Event
+from authn_gateway.revocation.denylist import DenyList
+from authn_gateway.revocation.eviction import Evicted, Evictor
+from authn_gateway.revocation.subject import Subject
+from authn_gateway.tasks import STOP_PATIENCE, cancel_and_wait
 
 log = logging.getLogger(__name__)
 

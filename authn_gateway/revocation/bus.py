@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from .subject import Subject
+from authn_gateway.revocation.subject import Subject
 
 Op = Literal["evict", "deny", "lift"]
 OPS: tuple[Op, ...] = ("evict", "deny", "lift")

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from authn_gateway.revocation.subject import BadSubject, Subject
 from backends.base import UserInfo
-
-from .subject import BadSubject, Subject
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .subject import Subject, subjects_of
+from authn_gateway.revocation.subject import Subject, subjects_of
 
 
 class EvictableTier(Protocol):

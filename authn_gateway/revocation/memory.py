@@ -19,9 +19,9 @@ from pathlib import Path
 
 import orjson
 
-from .bus import Event, Handler
-from .denylist import DenyEntry, parse_entries
-from .subject import Subject
+from authn_gateway.revocation.bus import Event, Handler
+from authn_gateway.revocation.denylist import DenyEntry, parse_entries
+from authn_gateway.revocation.subject import Subject
 
 log = logging.getLogger(__name__)
 

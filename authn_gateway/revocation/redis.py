@@ -20,12 +20,12 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from ..config import RedisSettings
-from ..redis_link import RedisDown, RedisLink, make_client
-from ..tasks import STOP_PATIENCE, cancel_and_wait
-from .bus import OPS, Event, Handler
-from .denylist import DenyEntry, parse_entries
-from .subject import BadSubject, Subject
+from authn_gateway.config import RedisSettings
+from authn_gateway.fleet.redis_link import RedisDown, RedisLink, make_client
+from authn_gateway.revocation.bus import OPS, Event, Handler
+from authn_gateway.revocation.denylist import DenyEntry, parse_entries
+from authn_gateway.revocation.subject import BadSubject, Subject
+from authn_gateway.tasks import STOP_PATIENCE, cancel_and_wait
 
 log = logging.getLogger(__name__)
 

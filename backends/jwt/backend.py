@@ -34,6 +34,12 @@ from backends.base import (
 from backends.budget import UNLIMITED, CallBudget
 from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
 from backends.jws import is_canonical
+from backends.jwt import idtoken
+from backends.jwt.jwks import ASYMMETRIC_ALGS, MAX_JWKS_BYTES
+from backends.jwt.keys import KeyPolicy, KeySource
+from backends.jwt.kube import ClaimRules, Issuer
+from backends.jwt.mapping import map_claims
+from backends.jwt.token import Unverified, peek
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
@@ -43,13 +49,6 @@ from backends.settings import (
     TokenRules,
 )
 from backends.shared import SharedBlobs
-
-from . import idtoken
-from .jwks import ASYMMETRIC_ALGS, MAX_JWKS_BYTES
-from .keys import KeyPolicy, KeySource
-from .kube import ClaimRules, Issuer
-from .mapping import map_claims
-from .token import Unverified, peek
 
 METRIC_PREFIX = "authn_gateway"
 

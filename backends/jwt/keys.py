@@ -37,9 +37,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from backends.budget import CallBudget
 from backends.flight import SingleFlight
 from backends.http import AnswerRefused, retry_after_seconds
+from backends.jwt.jwks import MAX_JWKS_BYTES, KeySet, UnusableJWKS, VerificationKey, parse_jwks
 from backends.shared import SharedBlobs
-
-from .jwks import MAX_JWKS_BYTES, KeySet, UnusableJWKS, VerificationKey, parse_jwks
 
 log = logging.getLogger(__name__)
 

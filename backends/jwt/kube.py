@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from .cel import check_expression
+from backends.jwt.cel import check_expression
 
 Expression = Annotated[str, AfterValidator(check_expression)]
 

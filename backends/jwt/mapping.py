@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from backends.base import CREDENTIAL_ID_KEY, Rejected, UserInfo
-
-from .cel import CelEvaluationError, evaluate
-from .kube import ClaimOrExpression, ClaimRules, PrefixedClaimOrExpression
+from backends.jwt.cel import CelEvaluationError, evaluate
+from backends.jwt.kube import ClaimOrExpression, ClaimRules, PrefixedClaimOrExpression
 
 
 class MappingRefused(Exception):

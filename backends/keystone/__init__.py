@@ -3,10 +3,10 @@ mapping, and the backend (see :mod:`backends.keystone.backend`)."""
 
 from __future__ import annotations
 
-from .backend import KeystoneBackend
-from .identity import map_identity, parse_keystone_time, token_scope
-from .service_token import ServiceToken, ServiceTokenAuth
-from .settings import (
+from backends.keystone.backend import KeystoneBackend
+from backends.keystone.identity import map_identity, parse_keystone_time, token_scope
+from backends.keystone.service_token import ServiceToken, ServiceTokenAuth
+from backends.keystone.settings import (
     FERNET_MIN_LENGTH,
     GroupLookupSettings,
     KeystoneSettings,

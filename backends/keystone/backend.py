@@ -27,13 +27,13 @@ import logging
 
 import httpx
 
-from ..base import Backend, Outcome, Rejected, Unavailable
-from ..budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
-from ..http import header_safe, make_client, server_failure, unsendable
-from .groups import GroupLookup
-from .identity import Group, map_identity
-from .service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
-from .settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
+from backends.base import Backend, Outcome, Rejected, Unavailable
+from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
+from backends.http import header_safe, make_client, server_failure, unsendable
+from backends.keystone.groups import GroupLookup
+from backends.keystone.identity import Group, map_identity
+from backends.keystone.service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
+from backends.keystone.settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ from urllib.parse import quote, urlsplit
 import httpx
 from cachetools import TTLCache
 
-from ..base import Rejected, Unavailable
-from ..flight import SingleFlight
-from ..http import server_failure
-from ..settings import DEFAULT_MAX_RETRY_AFTER_SECONDS
-from .identity import Group
-from .service_token import ServiceTokenAuth, send_with_service_token
-from .settings import GroupLookupSettings
+from backends.base import Rejected, Unavailable
+from backends.flight import SingleFlight
+from backends.http import server_failure
+from backends.keystone.identity import Group
+from backends.keystone.service_token import ServiceTokenAuth, send_with_service_token
+from backends.keystone.settings import GroupLookupSettings
+from backends.settings import DEFAULT_MAX_RETRY_AFTER_SECONDS
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..base import Authenticated, Outcome, Rejected, Unavailable, UserInfo
-from .settings import KeystoneSettings, Scope
+from backends.base import Authenticated, Outcome, Rejected, Unavailable, UserInfo
+from backends.keystone.settings import KeystoneSettings, Scope
 
 EXTRA = "alpha.kubernetes.io/identity/"
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..base import HeldBack, Unavailable
-from ..budget import CallHeldBack
-from ..flight import SingleFlight
-from ..http import server_failure, transport_failure
-from ..settings import DEFAULT_MAX_RETRY_AFTER_SECONDS, TimeoutSettings
-from .identity import parse_keystone_time
-from .settings import ServiceCredentials, ServiceTokenSettings
+from backends.base import HeldBack, Unavailable
+from backends.budget import CallHeldBack
+from backends.flight import SingleFlight
+from backends.http import server_failure, transport_failure
+from backends.keystone.identity import parse_keystone_time
+from backends.keystone.settings import ServiceCredentials, ServiceTokenSettings
+from backends.settings import DEFAULT_MAX_RETRY_AFTER_SECONDS, TimeoutSettings
 
 log = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..budget import UNLIMITED, CallBudget
-from ..http import PoolSettings, TLSClientSettings
-from ..registry import register
-from ..settings import BackendSettings, NonNegativeFloat, PositiveFloat, Secret, Strict
+from backends.budget import UNLIMITED, CallBudget
+from backends.http import PoolSettings, TLSClientSettings
+from backends.registry import register
+from backends.settings import BackendSettings, NonNegativeFloat, PositiveFloat, Secret, Strict
 
 if TYPE_CHECKING:
-    from ..base import Backend
+    from backends.base import Backend
 
 Scope = Literal["project", "domain", "system", "unscoped"]
 ALL_SCOPES: tuple[Scope, ...] = ("project", "domain", "system", "unscoped")
@@ -191,7 +191,7 @@ class KeystoneSettings(BackendSettings):
         return url if url.endswith("/v3") else url + "/v3"
 
     def build(self, budget: CallBudget = UNLIMITED) -> Backend:
-        from .backend import KeystoneBackend
+        from backends.keystone.backend import KeystoneBackend
 
         return KeystoneBackend(self, budget=budget)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tests.support.fakes.idp import FakeIdP
 
-# The readiness probe's token shape (authn_gateway/readiness.py): a Fernet-like string.
+# The readiness probe's token shape (authn_gateway/observe/readiness.py): a Fernet-like string.
 PROBE_PREFIX = "gAAAAA"
 
 

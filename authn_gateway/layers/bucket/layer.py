@@ -1,0 +1,28 @@
+"""The budget layer: the review's first call to the IdP takes from the backend's
+outbound token bucket (its follow-up calls take from the same bucket, handed to the
+backend at construction)."""
+
+from __future__ import annotations
+
+from authn_gateway.layers.base import Layer
+from authn_gateway.layers.bucket.gcra import TokenBucket
+from authn_gateway.observe.metrics import Metrics
+from backends.base import Authenticator, HeldBack, Verdict
+
+_REFUSED = HeldBack("outbound rate limit reached")
+
+
+class BudgetLayer(Layer):
+    def __init__(
+        self, inner: Authenticator, bucket: TokenBucket, max_wait: float, metrics: Metrics
+    ) -> None:
+        super().__init__(inner)
+        self.bucket = bucket
+        self.max_wait = max_wait
+        self.metrics = metrics
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        if not await self.bucket.acquire(self.max_wait):
+            self.metrics.limiter_refusal("outbound", self.name)
+            return Verdict(_REFUSED, self.name)
+        return await self.inner.review(token, audiences, deadline)

@@ -1,0 +1,45 @@
+"""The token bucket's in-process state, and the per-caller inbound limiter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from authn_gateway.layers.bucket.gcra import gcra
+
+
+class MemoryBucketStore:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._tat: dict[str, float] = {}
+        self._clock = clock
+
+    def take_now(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
+        tat, wait = gcra(self._tat.get(key, 0.0), self._clock(), interval, burst, max_wait)
+        self._tat[key] = tat
+        return wait
+
+    async def take(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
+        return self.take_now(key, interval, burst, max_wait)
+
+    def empty(self, key: str, interval: float, burst: int, since: float | None = None) -> None:
+        """Start ``key`` as a bucket that was empty at ``since`` (monotonic; default now)
+        and has refilled at its rate from then."""
+        self._tat[key] = (self._clock() if since is None else since) + burst * interval
+
+
+class InboundLimiter:
+    """Per-caller bucket, in process. Synchronous: it runs on every review."""
+
+    def __init__(self, rate_per_second: float, burst: int, max_callers: int = 100_000) -> None:
+        self._interval = 1.0 / rate_per_second
+        self._burst = burst
+        self._max_callers = max_callers
+        self._store = MemoryBucketStore()
+
+    def allow(self, caller: str) -> bool:
+        store = self._store
+        if len(store._tat) > self._max_callers:
+            # Callers idle long enough have full buckets again; forgetting them is exact.
+            now = time.monotonic()
+            store._tat = {k: v for k, v in store._tat.items() if v > now}
+        return store.take_now(caller, self._interval, self._burst, 0.0) is not None

@@ -1,0 +1,227 @@
+"""The cache layer: fresh entries answer; misses make one call per key (coalesced) and
+are written back; when anything below cannot answer, a known identity is served stale.
+
+Serve-stale lives here and nowhere else: the breaker, the budget, the deadlines and the
+backend only ever say :class:`Unavailable`, and this layer decides what a known user
+gets instead. It also answers a known user stale *before* asking, while the refresh
+runs in the background, when the IdP is saturated (``saturated()``: the concurrency
+limit has no free slot for a refresh) or when stale-while-revalidate is on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.base import Layer
+from authn_gateway.layers.cache.policy import CacheEntry, PreviousKeys, ReviewCache
+from authn_gateway.layers.coalesce import Coalescer
+from authn_gateway.layers.concurrency.layer import HAS_FALLBACK, MAY_QUEUE, SATURATED
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.inbound import miss_allowed
+from authn_gateway.revocation.eviction import Evictor
+from authn_gateway.tasks import Background
+from backends.base import Authenticated, Authenticator, HeldBack, Unavailable, Verdict
+
+
+class CacheLayer(Layer):
+    def __init__(
+        self,
+        inner: Authenticator,
+        cache: ReviewCache,
+        coalescer: Coalescer,
+        hasher: TokenHasher,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+        saturated: Callable[[], bool] | None = None,
+        revalidate: bool = False,
+        *,
+        namespace: str | None = None,
+        evictor: Evictor | None = None,
+        token_prefix: str = "",
+        stale_wait: Callable[[], float | None] | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.saturated = saturated
+        # Seconds a review that has a stale fallback waits for the call (None: the
+        # deadline). The shared call is not cancelled: it refreshes the entry.
+        self.stale_wait = stale_wait
+        self.revalidate = revalidate
+        self._refreshing: set[bytes] = set()
+        self._background = Background()
+        # Keys are per backend *and* per identity-relevant settings (carryover.py): after
+        # a reload that changed them, the old entries are never found, so never served.
+        self.namespace = namespace or self.name
+        self.evictor = evictor
+        # Put back what the router stripped, so entries carry the id the review log shows.
+        self.token_prefix = token_prefix
+        self.cache = cache
+        self.coalescer = coalescer
+        self.hasher = hasher
+        self.metrics = metrics
+        self.clock = clock
+        # Resolved once: these count every review.
+        self._hit = metrics.cache_counter(self.name, "hit")
+        self._negative_hit = metrics.cache_counter(self.name, "negative_hit")
+        self._miss = metrics.cache_counter(self.name, "miss")
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        key = self.hasher.cache_key(self.namespace, token, audiences)
+        now = self.clock()
+        entry = self.cache.peek(key, now)
+        if entry is None or now >= entry.fresh_until:
+            entry = await self.cache.get(key, self._previous_keys(token, audiences))
+        if entry is not None and now < entry.fresh_until:
+            (self._hit if entry.positive else self._negative_hit).inc()
+            return Verdict(entry.outcome, self.name, cached=True)
+        self._miss.inc()
+        asked_at = self.evictor.now() if self.evictor is not None else 0.0
+        servable = self._servable(entry, asked_at)
+        if entry is not None and servable and self._stale_first(key):
+            # A known user: answered stale now; the refresh waits its turn meanwhile.
+            return self._stale_and_refresh(entry, key, token, audiences, deadline)
+        if not miss_allowed():
+            # Only reviews that need the IdP pay for the caller's rate; see admission.py.
+            refused = Verdict(HeldBack("caller exceeded its review rate"), self.name)
+            return self._stale_or(entry, refused, asked_at)
+        # Only the miss path pays for a timer. Leaving the flight early does not cancel
+        # the shared call: other reviews may still be waiting for it.
+        answer_by = deadline  # the call itself keeps the full deadline
+        wait = self.stale_wait() if servable and self.stale_wait is not None else None
+        if wait is not None:
+            answer_by = min(deadline, asyncio.get_running_loop().time() + wait)
+        try:
+            async with asyncio.timeout_at(answer_by):
+                verdict = await self.coalescer.do(
+                    key,
+                    # A known user's call takes a free slot or none: no queue.
+                    lambda: self._fill(key, token, audiences, deadline, servable, not servable),
+                    lambda: self._recheck(key),
+                )
+        except TimeoutError:
+            verdict = Verdict(Unavailable("no answer within the review deadline"), self.name)
+        if verdict.outcome is SATURATED and entry is not None and servable:
+            # The slot it saw free was taken before its call ran: stale, refresh queued.
+            return self._stale_and_refresh(entry, key, token, audiences, deadline)
+        if isinstance(verdict.outcome, Unavailable):
+            return self._stale_or(entry, verdict, asked_at)
+        return verdict
+
+    def _stale_and_refresh(
+        self,
+        entry: CacheEntry,
+        key: bytes,
+        token: str,
+        audiences: tuple[str, ...],
+        deadline: float,
+    ) -> Verdict:
+        if key not in self._refreshing:
+            self._refreshing.add(key)
+            self._background.spawn(self._refresh(key, token, audiences, deadline))
+        return self._stale(entry)
+
+    def _previous_keys(self, token: str, audiences: tuple[str, ...]) -> PreviousKeys | None:
+        """Where replicas on a previous secret keep this answer (only while rotating)."""
+        hasher = self.hasher
+        if not hasher.previous:
+            return None
+        return lambda: hasher.previous_cache_keys(self.namespace, token, audiences)
+
+    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
+        """A fresh entry of the in-process tier, counted as a hit; else None, counted as
+        nothing (the caller then awaits :meth:`review`). The cache-hit fast path."""
+        found = self.look_now(token, audiences)
+        if found is None:
+            return None
+        verdict, count = found
+        count()
+        return verdict
+
+    def look_now(
+        self, token: str, audiences: tuple[str, ...]
+    ) -> tuple[Verdict, Callable[[], None]] | None:
+        """:meth:`review_now`'s verdict and what counts it, not yet counted: for a caller
+        (the chain) that may still take the awaited path, which counts it then."""
+        key = self.hasher.cache_key(self.namespace, token, audiences)
+        now = self.clock()
+        entry = self.cache.peek(key, now)
+        if entry is None or now >= entry.fresh_until:
+            return None
+        return (
+            Verdict(entry.outcome, self.name, cached=True),
+            (self._hit if entry.positive else self._negative_hit).inc,
+        )
+
+    def _stale_first(self, key: bytes) -> bool:
+        if self.revalidate or key in self._refreshing:
+            return True  # (a refresh already on its way: no need to wait for it)
+        return self.saturated is not None and self.saturated()
+
+    async def _refresh(
+        self, key: bytes, token: str, audiences: tuple[str, ...], deadline: float
+    ) -> None:
+        try:
+            await self.coalescer.do(
+                key,
+                lambda: self._fill(key, token, audiences, deadline, True),
+                lambda: self._recheck(key),
+            )
+        finally:
+            self._refreshing.discard(key)
+
+    async def _fill(
+        self,
+        key: bytes,
+        token: str,
+        audiences: tuple[str, ...],
+        deadline: float,
+        has_fallback: bool = False,
+        may_queue: bool = True,
+    ) -> Verdict:
+        """The one call per key: ask below, write what may be cached (before any lease
+        is released, so other replicas find it)."""
+        # The concurrency limit below lets calls with no fallback go first.
+        HAS_FALLBACK.set(has_fallback)
+        MAY_QUEUE.set(may_queue)
+        asked_at = self.evictor.now() if self.evictor is not None else 0.0
+        verdict = await self.inner.review(token, audiences, deadline)
+        outcome = verdict.outcome
+        if isinstance(outcome, Unavailable):
+            return verdict
+        token_id = self.hasher.token_id(self.token_prefix + token)
+        identity = outcome.user if isinstance(outcome, Authenticated) else None
+        if self.evictor is not None and self.evictor.evicted_since(
+            identity.username if identity else None,
+            token_id,
+            asked_at,
+            identity.credential_ids if identity else (),
+        ):
+            # Evicted while we asked: the answer is real, but must not outlive the eviction.
+            return verdict
+        await self.cache.put(key, outcome, self.clock(), token_id)
+        return verdict
+
+    async def _recheck(self, key: bytes) -> Verdict | None:
+        entry = await self.cache.recheck(key)
+        return Verdict(entry.outcome, self.name, cached=True) if entry is not None else None
+
+    def _servable(self, known: CacheEntry | None, asked_at: float) -> bool:
+        """A positive entry within the running config's max_stale and the token's
+        expiry, that no operator evicted while this review waited: a fallback."""
+        if known is None or self.clock() >= self.cache.stale_limit(known):
+            return False
+        return self.evictor is None or not self.evictor.evicted_since(
+            known.username, known.token_id, asked_at, known.credential_ids
+        )
+
+    def _stale(self, known: CacheEntry) -> Verdict:
+        self.metrics.stale_served(self.name, self.clock() - known.fresh_until)
+        return Verdict(known.outcome, self.name, stale=True, cached=True)
+
+    def _stale_or(self, known: CacheEntry | None, verdict: Verdict, asked_at: float) -> Verdict:
+        """Last known good, else ``verdict``."""
+        if known is not None and self._servable(known, asked_at):
+            return self._stale(known)
+        return verdict

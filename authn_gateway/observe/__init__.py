@@ -1,0 +1,1 @@
+"""Observability: metrics, the review and audit logs, readiness, loop lag."""

@@ -1,0 +1,138 @@
+"""The review path, top to bottom.
+
+    TokenReview in
+      -> pre-rejection (control characters, service-account JWTs, per-backend rules)
+      -> deny list (token ids; usernames and credential ids once a backend has answered)
+      -> route (prefix, or the chain) to a target Authenticator
+      -> target.review: [audiences] -> [chain] -> each backend's stack
+         (token rules, cache, breaker, budget, deadline, backend; see stack.py)
+         the inbound limit (per caller) is charged by the cache layer on a miss only:
+         a cache hit is never refused (admission.py)
+    answer out
+
+Every step below the route answers the same interface (:class:`Authenticator`), so
+each can be read and tested alone; docs/architecture.md has the picture.
+
+:meth:`Pipeline.review_now` is the same path for the answers that need no waiting:
+the local rejections, and a target that can answer at once (``review_now``: the cache
+layer's fresh local entries, through the chain and the audience check). It answers
+or returns None having counted nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.bucket.memory import InboundLimiter
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review import inbound as admission
+from authn_gateway.review.inbound import InboundCharge
+from authn_gateway.review.prerejection import prerejection_reason
+from authn_gateway.review.routing import Route, Router
+from authn_gateway.review.stack import BackendStack
+from authn_gateway.revocation.denylist import DenyList
+from backends.base import Authenticated, Authenticator, Rejected, Verdict
+
+GATEWAY = "gateway"
+DENIED = "denied by an operator (deny list)"
+
+__all__ = ["GATEWAY", "Pipeline", "Verdict"]
+
+
+class Pipeline:
+    def __init__(
+        self,
+        router: Router[Authenticator],
+        backends: Mapping[str, BackendStack],
+        inbound: InboundLimiter | None,
+        deadline: float,
+        reject_service_accounts: bool,
+        metrics: Metrics,
+        deny_list: DenyList | None = None,
+        hasher: TokenHasher | None = None,
+    ) -> None:
+        self.router = router
+        #: Each backend's stack by name (its breaker is what the admin routes reach).
+        self.backends = dict(backends)
+        self.inbound = inbound
+        self.deadline = deadline
+        self.reject_service_accounts = reject_service_accounts
+        self.metrics = metrics
+        self.deny_list = deny_list
+        self.hasher = hasher or TokenHasher(None)
+
+    async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
+        charge = None
+        if self.inbound is not None:
+            charge = InboundCharge(self.inbound, caller, self._inbound_refused)
+        scope = admission.begin(charge)
+        try:
+            return await self._review(token, audiences)
+        finally:
+            admission.end(scope)
+
+    def _inbound_refused(self) -> None:
+        self.metrics.limiter_refusal("inbound", GATEWAY)
+
+    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
+        """The verdict, if it needs no await (see the module docstring), else None."""
+        route = self._route(token)
+        if isinstance(route, Verdict):
+            return route
+        target = route.target
+        answer_now = getattr(target, "review_now", None)
+        if answer_now is None:
+            return None
+        verdict: Verdict | None = answer_now(route.token, audiences)
+        return None if verdict is None else self._denied_user(verdict)
+
+    async def _review(self, token: str, audiences: tuple[str, ...]) -> Verdict:
+        route = self._route(token)
+        if isinstance(route, Verdict):
+            return route
+        target = route.target
+        assert target is not None
+        # Every review is answered by this time, whatever the backends do.
+        deadline = asyncio.get_running_loop().time() + self.deadline
+        return self._denied_user(await target.review(route.token, audiences, deadline))
+
+    def _route(self, token: str) -> Route[Authenticator] | Verdict:
+        """The route to the token's target, or the local refusal (counted)."""
+        reason = prerejection_reason(token, self.reject_service_accounts)
+        if reason is not None:
+            self.metrics.prerejection(reason)
+            return Verdict(Rejected(reason), GATEWAY)
+
+        deny = self.deny_list
+        # The token id is the one the review log shows: of the token as received, under
+        # the current secret or a previous one (a denial made before a rotation).
+        if deny is not None and deny.denies_token(lambda: self.hasher.token_ids(token)):
+            self.metrics.deny_hits.labels("token").inc()
+            return Verdict(Rejected(DENIED), GATEWAY)
+
+        route = self.router.route(token)
+        target = route.target
+        if target is None or not target.could_accept(route.token):
+            self.metrics.prerejection("no_backend_accepts")
+            return Verdict(Rejected("no backend accepts this token's form"), GATEWAY)
+        return route
+
+    def _denied_user(self, verdict: Verdict) -> Verdict:
+        """A denied user, or a denied credential (kube's credential id, ``JTI=...``):
+        known once a backend (or the cache) has answered."""
+        deny = self.deny_list
+        outcome = verdict.outcome
+        if deny is None or not isinstance(outcome, Authenticated):
+            return verdict
+        user = outcome.user
+        if deny.denies_user(user.username):
+            kind = "user"
+        elif deny.denies_credential(user):
+            kind = "credential"
+        else:
+            return verdict
+        # Whatever the IdP or the cache said. The logs name whom it refused.
+        self.metrics.deny_hits.labels(kind).inc()
+        return Verdict(Rejected(DENIED, username=user.username), verdict.backend)

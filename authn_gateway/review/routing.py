@@ -1,0 +1,169 @@
+"""Which backends may see a token, and the wrappers over their stacks.
+
+* A token that starts with a backend's ``prefix`` goes to that backend only
+  (longest prefix wins), with the prefix removed when ``strip_prefix`` is set.
+* Any other token goes through the *chain*: the backends with no prefix (or with
+  ``in_chain: true``), in the order of the config file.
+
+The chain's answer (:class:`Chain`):
+
+* the first backend that authenticates the token wins;
+* if every backend rejected it, it is rejected;
+* if any backend was unavailable and none authenticated, the answer is
+  *unavailable*, never "invalid": the backend that was down might have accepted it.
+
+:class:`Audiences` then intersects the requested audiences with the deciding
+backend's configured ones.
+
+Both also answer at once (``review_now``, the cache-hit path the HTTP edge answers
+itself) when every backend their ``review`` would ask has a fresh local entry, with
+the verdict and the counts ``review`` would give; otherwise None, having counted nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from authn_gateway.layers.base import Layer
+from backends.base import Authenticated, Authenticator, Rejected, Unavailable, Verdict
+
+B = TypeVar("B")
+
+CHAIN = "chain"
+
+#: A target's answer without awaiting (``review_now``: a fresh local cache hit), or None.
+ReviewNow = Callable[[str, tuple[str, ...]], Verdict | None]
+#: The same answer with what counts it, not yet counted (``CacheLayer.look_now``).
+LookNow = Callable[[str, tuple[str, ...]], tuple[Verdict, Callable[[], None]] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Route(Generic[B]):
+    # None when no backend may see this token.
+    target: B | None
+    # The token as the target must see it (prefix stripped where configured).
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixRule(Generic[B]):
+    prefix: str
+    strip: bool
+    backend: B
+
+
+class Router(Generic[B]):
+    def __init__(self, prefixed: Sequence[PrefixRule[B]], chain: B | None) -> None:
+        self._prefixed = sorted(prefixed, key=lambda r: len(r.prefix), reverse=True)
+        self._chain = chain
+
+    def route(self, token: str) -> Route[B]:
+        for rule in self._prefixed:
+            if token.startswith(rule.prefix):
+                routed = token[len(rule.prefix) :] if rule.strip else token
+                return Route(rule.backend, routed)
+        return Route(self._chain, token)
+
+
+def unavailable_in_chain(unanswered: Sequence[tuple[str, Unavailable]]) -> Unavailable:
+    """The chain's answer when none authenticated and some could not answer.
+
+    The verdict names the first backend that could not answer, and the answer renders
+    as ``<backend>: <reason>``; so the first reason goes bare and each further one
+    carries its backend's name: ``sso: timeout; ldap: server down``."""
+    (_, first), rest = unanswered[0], unanswered[1:]
+    return Unavailable("; ".join([first.reason, *(f"{name}: {u.reason}" for name, u in rest)]))
+
+
+class Chain:
+    """Several backends' stacks, asked in order (see the module's rules)."""
+
+    name = CHAIN
+
+    def __init__(self, members: Sequence[Authenticator]) -> None:
+        self.members = tuple(members)
+
+    def could_accept(self, token: str) -> bool:
+        return any(m.could_accept(token) for m in self.members)
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        candidates = [m for m in self.members if m.could_accept(token)]
+        if len(candidates) == 1:
+            return await candidates[0].review(token, audiences, deadline)
+        unanswered: list[tuple[str, Unavailable]] = []
+        verdict = Verdict(Rejected("no backend accepts this token's form"), CHAIN)
+        for member in candidates:
+            verdict = await member.review(token, audiences, deadline)
+            if isinstance(verdict.outcome, Authenticated):
+                return verdict
+            if isinstance(verdict.outcome, Unavailable):
+                unanswered.append((member.name, verdict.outcome))
+        if not unanswered:
+            return verdict
+        return Verdict(unavailable_in_chain(unanswered), unanswered[0][0])
+
+    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
+        """What :meth:`review` would answer, when every member it would ask answers at
+        once (fresh local cache hits); else None, having counted nothing.
+
+        :meth:`review` asks the candidates in order until one authenticates, so the
+        members up to that one must all answer now: a cached rejection is answered
+        only when each later candidate's is too, and an *unavailable* never is."""
+        candidates = [m for m in self.members if m.could_accept(token)]
+        if len(candidates) == 1:
+            only: ReviewNow | None = getattr(candidates[0], "review_now", None)
+            return None if only is None else only(token, audiences)
+        verdict = Verdict(Rejected("no backend accepts this token's form"), CHAIN)
+        counts = []
+        for member in candidates:
+            look: LookNow | None = getattr(member, "look_now", None)
+            found = None if look is None else look(token, audiences)
+            if found is None or isinstance(found[0].outcome, Unavailable):
+                return None
+            verdict, count = found
+            counts.append(count)
+            if isinstance(verdict.outcome, Authenticated):
+                break
+        # Counted as review would have: each member asked, once.
+        for count in counts:
+            count()
+        return verdict
+
+
+def chain_of(members: Sequence[Authenticator]) -> Authenticator | None:
+    """The chain's target: nothing, the one member itself, or a :class:`Chain`."""
+    if not members:
+        return None
+    return members[0] if len(members) == 1 else Chain(members)
+
+
+class Audiences(Layer):
+    """Intersect requested with the deciding backend's audiences; empty refuses."""
+
+    def __init__(self, inner: Authenticator, configured: Mapping[str, tuple[str, ...]]) -> None:
+        super().__init__(inner)
+        self._configured = configured
+        self._inner_now: ReviewNow | None = getattr(inner, "review_now", None)
+
+    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+        return self._narrow(await self.inner.review(token, audiences, deadline), audiences)
+
+    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
+        """:meth:`review`'s answer when the inner target answers at once, else None."""
+        inner_now = self._inner_now
+        verdict = None if inner_now is None else inner_now(token, audiences)
+        return None if verdict is None else self._narrow(verdict, audiences)
+
+    def _narrow(self, verdict: Verdict, audiences: tuple[str, ...]) -> Verdict:
+        if not audiences or not isinstance(verdict.outcome, Authenticated):
+            return verdict
+        configured = self._configured.get(verdict.backend, ())
+        if not configured:
+            # kube-apiserver then applies its own --api-audiences.
+            return verdict
+        matched = tuple(a for a in audiences if a in configured)
+        if not matched:
+            return Verdict(Rejected("token not valid for the requested audiences"), verdict.backend)
+        return Verdict(verdict.outcome, verdict.backend, verdict.stale, verdict.cached, matched)

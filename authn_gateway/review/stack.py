@@ -1,0 +1,253 @@
+"""Each backend's stack of layers, built in this one place.
+
+``LAYERS`` is the order, outermost first; :func:`build_stack` wraps the backend in
+them the way starlette's ``build_middleware_stack`` does. A layer is a factory
+``(inner, ctx) -> Authenticator``; adding one (say an adaptive concurrency limit) is a
+factory and one entry in the list. See docs/architecture.md for the picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from authn_gateway.config import GatewayConfig
+from authn_gateway.fleet.stores import BreakerSpec, Stores
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.breaker.gate import CallGate
+from authn_gateway.layers.breaker.layer import BreakerLayer, OpenBreakerLayer
+from authn_gateway.layers.breaker.override import Override
+from authn_gateway.layers.breaker.rates import FailureRate, SlowCalls
+from authn_gateway.layers.bucket.gcra import TokenBucket
+from authn_gateway.layers.bucket.layer import BudgetLayer
+from authn_gateway.layers.cache.layer import CacheLayer
+from authn_gateway.layers.cache.policy import ReviewCache
+from authn_gateway.layers.concurrency.layer import ConcurrencyLayer
+from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority
+from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
+from authn_gateway.layers.deadline import DeadlineLayer
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.prerejection import TokenRulesFilter
+from authn_gateway.revocation.eviction import Evictor
+from authn_gateway.serve.carryover import cache_namespace
+from backends.base import Authenticator, Backend
+from backends.settings import BackendSettings
+
+
+@dataclass
+class BackendStack:
+    """One backend, its stack, and the parts operators reach (admin routes, metrics)."""
+
+    name: str
+    settings: BackendSettings
+    backend: Backend
+    #: The outermost layer: what the router and the chain call.
+    top: Authenticator
+    #: The backend's outbound bucket: its stack's budget layer and its follow-up calls.
+    bucket: TokenBucket
+    breaker: CallGate | None = None
+    extras: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class StackContext:
+    """What a layer factory may use to build its layer for one backend."""
+
+    settings: BackendSettings
+    config: GatewayConfig
+    stores: Stores
+    metrics: Metrics
+    hasher: TokenHasher
+    handle: BackendStack
+    #: Operator evictions: the cache layer must not write back or serve what was evicted.
+    evictor: Evictor | None = None
+
+
+LayerFactory = Callable[[Authenticator, StackContext], Authenticator]
+
+
+def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    return TokenRulesFilter(inner, ctx.settings.token_rules)
+
+
+def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
+    s = ctx.settings
+    cache = ctx.config.cache_for(s)
+    limiter = ctx.handle.extras.get("concurrency")
+    return CacheLayer(
+        inner,
+        ReviewCache(cache, ctx.stores.cache_store()),
+        ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
+        ctx.hasher,
+        ctx.metrics,
+        # Known users are answered stale while their refresh waits for a slot.
+        saturated=(
+            (lambda: limiter.would_wait(Priority.HAS_FALLBACK))
+            if isinstance(limiter, ConcurrencyLimiter)
+            else None
+        ),
+        revalidate=cache.stale_while_revalidate,
+        namespace=cache_namespace(s),
+        evictor=ctx.evictor,
+        token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
+        stale_wait=forced_closed_wait(
+            ctx.handle.breaker, s.breaker.forced_closed_stale_wait_seconds
+        ),
+    )
+
+
+def forced_closed_wait(breaker: CallGate | None, seconds: float) -> Callable[[], float | None]:
+    """How long a review with a stale entry may wait for the IdP: ``seconds`` while an
+    operator forces the breaker closed (nothing else then sheds a hanging IdP), else no
+    bound of its own. (The breaker layer is built first: it sits below the cache.)"""
+
+    def wait() -> float | None:
+        if breaker is not None and breaker.override is Override.FORCED_CLOSED:
+            return seconds
+        return None
+
+    return wait
+
+
+def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    if not ctx.handle.backend.calls_idp_per_review:
+        # A local verifier (jwt): a crafted token must not count as the IdP failing.
+        # Its own IdP calls (key fetches) carry their own protection.
+        return inner
+    s, name = ctx.settings.breaker, ctx.settings.name
+    rate, slow = s.failure_rate, s.slow_calls
+    breaker = ctx.stores.breaker(
+        BreakerSpec(
+            name,
+            ctx.settings,
+            # A probe's permit and an in-flight slot outlive their call by a margin, then
+            # free themselves.
+            slot_ttl=ctx.settings.timeouts.total_seconds + 1,
+            on_transition=ctx.metrics.breaker_transition,
+            failure_rate=(
+                FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None
+            ),
+            slow_calls=(
+                SlowCalls(
+                    slow.duration_threshold_seconds or ctx.settings.timeouts.total_seconds / 2,
+                    FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls),
+                )
+                if slow
+                else None
+            ),
+        )
+    )
+    ctx.metrics.set_breaker_state(name, breaker.state)
+    ctx.metrics.set_override(name, breaker.forced())
+    ctx.handle.breaker = breaker
+    return BreakerLayer(inner, breaker, ctx.metrics)
+
+
+def open_breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    # Built after breaker_layer (it sits above): the handle holds the backend's breaker.
+    breaker = ctx.handle.breaker
+    return inner if breaker is None else OpenBreakerLayer(inner, breaker)
+
+
+#: Extra IdP latency below this share of the call timeout (20 ms of 1 s) does not shrink
+#: the limit: well under a brownout's queueing (50 ms a call here), above the gateway's jitter.
+NEGLIGIBLE_DELAY_SHARE = 0.02
+
+
+def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    c, name = ctx.settings.concurrency, ctx.settings.name
+    if not c.enabled or not ctx.handle.backend.calls_idp_per_review:
+        # A local verifier (jwt) has no IdP queue per review to protect.
+        return inner
+    # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
+    # queue, so the fleet's total stays what one replica would keep.
+    share = ctx.config.redis.expected_replicas if ctx.config.redis is not None else 1
+    limiter = ConcurrencyLimiter(
+        VegasLimit(
+            VegasSettings(
+                initial=c.initial_limit,
+                min_limit=c.min_limit,
+                max_limit=c.max_limit,
+                alpha=c.queue_low / share,
+                beta=c.queue_high / share,
+                # Relative to the review's own deadline, so nothing is tuned per IdP.
+                negligible_delay=NEGLIGIBLE_DELAY_SHARE * ctx.settings.timeouts.total_seconds,
+            )
+        )
+    )
+    ctx.metrics.watch_concurrency(
+        name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
+    )
+    ctx.handle.extras["concurrency"] = limiter
+    return ConcurrencyLayer(inner, limiter, ctx.metrics)
+
+
+def budget_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    if not ctx.handle.backend.calls_idp_per_review:
+        # Reviews make no IdP call; the backend pays the bucket per key fetch instead.
+        return inner
+    return BudgetLayer(inner, ctx.handle.bucket, ctx.settings.bucket.max_wait_seconds, ctx.metrics)
+
+
+def deadline_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    return DeadlineLayer(inner, ctx.settings.timeouts.total_seconds, ctx.metrics)
+
+
+#: A backend's layers, outermost first.
+#: ``token_rules`` only narrows ``could_accept`` (which every layer passes through at no
+#: cost), so it sits where a review reaches it least: innermost.
+#: ``concurrency_layer`` is above the breaker: a call waits for its local slot first and
+#: is admitted by the breaker (state check, fleet in-flight slot, probe permit) only when
+#: it is about to go out, so no queued call holds a fleet slot or a probe's permit, and
+#: none that queued while the breaker was closed goes out after it opened. The breaker
+#: never sees the limiter's refusals (the IdP was not asked). ``open_breaker_layer``
+#: above it fails fast, with no I/O and no wait for a slot, while the breaker is known
+#: open. The limit is above the budget: the bucket stays the hard rate ceiling.
+LAYERS: tuple[LayerFactory, ...] = (
+    cache_layer,
+    open_breaker_layer,
+    concurrency_layer,
+    breaker_layer,
+    budget_layer,
+    deadline_layer,
+    token_rules,
+)
+
+
+#: The layers of a backend that makes no remote call (static tokens): a deadline and its
+#: exception guard, and the token rules. No cache, breaker or budget (Backend.remote).
+LOCAL_LAYERS: tuple[LayerFactory, ...] = (deadline_layer, token_rules)
+
+
+def layers_for(backend: Backend) -> tuple[LayerFactory, ...]:
+    return LAYERS if backend.remote else LOCAL_LAYERS
+
+
+def outbound_bucket(settings: BackendSettings, stores: Stores) -> TokenBucket:
+    """The backend's call budget: built before the backend, which is handed it."""
+    b = settings.bucket
+    return TokenBucket(f"bucket:{settings.name}", b.rate, b.burst, stores.bucket_store())
+
+
+def build_stack(
+    settings: BackendSettings,
+    backend: Backend,
+    bucket: TokenBucket,
+    config: GatewayConfig,
+    stores: Stores,
+    metrics: Metrics,
+    hasher: TokenHasher,
+    layers: tuple[LayerFactory, ...] | None = None,
+    evictor: Evictor | None = None,
+) -> BackendStack:
+    """Wrap ``backend`` in ``layers`` (by default :func:`layers_for` the backend)."""
+    if layers is None:
+        layers = layers_for(backend)
+    handle = BackendStack(settings.name, settings, backend, backend, bucket)
+    ctx = StackContext(settings, config, stores, metrics, hasher, handle, evictor)
+    top: Authenticator = backend
+    for make in reversed(layers):
+        top = make(top, ctx)
+    handle.top = top
+    return handle
