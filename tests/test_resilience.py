@@ -47,11 +47,13 @@ async def test_thousand_concurrent_reviews_of_a_cold_token_make_one_call(
     fake_idp.configure(latency=1.5)
     gw = gateway_factory(
         {
+            # A thousand connections at once: more than the default max_connections (500).
+            "server": {"max_connections": 1100},
             "backends": [
                 userinfo_backend(
                     fake_idp, timeouts={"connect_seconds": 1, "read_seconds": 3, "total_seconds": 3}
                 )
-            ]
+            ],
         }
     )
     results = await storm(gw, ["good-alice"] * 1000, concurrency=1000)
