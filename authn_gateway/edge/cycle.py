@@ -5,20 +5,35 @@ exception of the application answered without a 500 or a traceback."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+from authn_gateway.edge.limits import EdgeLimits
 from authn_gateway.review.tokenreview import render_error
 
-if TYPE_CHECKING:
-    from authn_gateway.edge.protocol import GatewayHttpProtocol
+
+class LingeringConnection(Protocol):
+    """What a request's transport needs of its connection (the edge's protocol, see
+    connection.py): declared here, so that this module, which the protocol imports,
+    does not import it back."""
+
+    @property
+    def transport(self) -> asyncio.Transport: ...
+
+    @property
+    def lingering(self) -> bool: ...
+
+    @property
+    def edge(self) -> EdgeLimits: ...
+
+    def close_lingering(self) -> None: ...
 
 
 class ClosingTransport:
     """What a request cycle sees as its transport: ``close()`` is a lingering close."""
 
-    def __init__(self, protocol: GatewayHttpProtocol) -> None:
+    def __init__(self, protocol: LingeringConnection) -> None:
         self._protocol = protocol
         self._transport = protocol.transport
         self._holding = False
