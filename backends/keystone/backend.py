@@ -34,10 +34,12 @@ from backends.keystone.groups import GroupLookup
 from backends.keystone.identity import Group, map_identity
 from backends.keystone.service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
 from backends.keystone.settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
+from backends.registry import builds
 
 log = logging.getLogger(__name__)
 
 
+@builds(KeystoneSettings)
 class KeystoneBackend(Backend):
     kind = "keystone"
 

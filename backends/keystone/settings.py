@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import re
 import string
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
 from backends.http import PoolSettings, TLSClientSettings
-from backends.registry import register
+from backends.registry import build_registered, register
 from backends.settings import BackendSettings, NonNegativeFloat, PositiveFloat, Secret, Strict
-
-if TYPE_CHECKING:
-    from backends.base import Backend
 
 Scope = Literal["project", "domain", "system", "unscoped"]
 ALL_SCOPES: tuple[Scope, ...] = ("project", "domain", "system", "unscoped")
@@ -191,9 +189,9 @@ class KeystoneSettings(BackendSettings):
         return url if url.endswith("/v3") else url + "/v3"
 
     def build(self, budget: CallBudget = UNLIMITED) -> Backend:
-        from backends.keystone.backend import KeystoneBackend
-
-        return KeystoneBackend(self, budget=budget)
+        # KeystoneBackend registers itself (@builds): it imports this module, so this
+        # module does not import it. The package imports both.
+        return build_registered(self, budget)
 
 
 def _template_problem(template: str, allowed: set[str]) -> str | None:
