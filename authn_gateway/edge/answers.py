@@ -3,7 +3,7 @@ a cache hit's 200 (answered at once, without ASGI) and the edge's own refusals."
 
 from __future__ import annotations
 
-from authn_gateway.review.tokenreview import render_error
+from authn_gateway.kube_status import render_error
 
 _PHRASES = {
     400: b"Bad Request",

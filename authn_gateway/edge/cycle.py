@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from authn_gateway.edge.limits import EdgeLimits
-from authn_gateway.review.tokenreview import render_error
+from authn_gateway.kube_status import render_error
 
 
 class LingeringConnection(Protocol):

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from authn_gateway.kube_status import render_error
 from authn_gateway.review.markers import NONE as NO_MARKERS
 from authn_gateway.review.markers import Markers
 from backends.base import Authenticated, Unavailable, UserInfo, Verdict
@@ -105,38 +106,8 @@ def render_unauthenticated(api_version: str, error: str = "") -> bytes:
     return orjson.dumps({"apiVersion": api_version, "kind": "TokenReview", "status": status})
 
 
-# metav1.StatusReason for each status the gateway refuses with.
-STATUS_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    408: "Timeout",
-    413: "RequestEntityTooLarge",
-    415: "UnsupportedMediaType",
-    431: "RequestEntityTooLarge",
-    503: "ServiceUnavailable",
-}
-
-
-def render_error(status: int, message: str) -> bytes:
-    """Body of a refusal (400, 401, 404, 405, 408, 413, 431): a Kubernetes Status whose
-    ``reason`` and ``code`` match the HTTP status."""
-    return orjson.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Status",
-            "status": "Failure",
-            "message": message,
-            "reason": STATUS_REASONS.get(status, "BadRequest"),
-            "code": status,
-        }
-    )
-
-
 def render_bad_request(message: str) -> bytes:
-    """Body of a 400 (see :func:`render_error`)."""
+    """Body of a 400 (see :func:`authn_gateway.kube_status.render_error`)."""
     return render_error(400, message)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from authn_gateway.edge.callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
+from authn_gateway.kube_status import render_error
 from authn_gateway.observe.audit import AuditLog
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.reviewlog import ReviewLog
@@ -24,7 +25,6 @@ from authn_gateway.review.tokenreview import (
     BadReview,
     ReviewRequest,
     parse_review,
-    render_error,
     render_verdict,
 )
 from authn_gateway.serve.gateway import Gateway

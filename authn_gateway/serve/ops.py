@@ -13,10 +13,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from authn_gateway.fleet.redis_link import REPLICA_ID
+from authn_gateway.kube_status import render_error
 from authn_gateway.layers.breaker.gate import CallGate, replica_view
 from authn_gateway.layers.breaker.override import Override
 from authn_gateway.observe.audit import AuditLog
-from authn_gateway.review.tokenreview import render_error
 from authn_gateway.serve.admin_api import (
     BadRequest,
     Refusal,

@@ -31,10 +31,10 @@ from authn_gateway.edge.callerauth import CERT_NAMES_KEY
 from authn_gateway.edge.metrics import EdgeCollector
 from authn_gateway.edge.pinned import TESTED_UVICORN_MINORS, untested_uvicorn
 from authn_gateway.edge.tls import ServerTLS, TLSError
+from authn_gateway.kube_status import render_error
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.review.pipeline import GATEWAY
-from authn_gateway.review.tokenreview import render_error
 from authn_gateway.serve.app import GatewayApp, Receive, Scope, Send
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.reloader import Reloader
