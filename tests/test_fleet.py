@@ -16,7 +16,7 @@ from authn_gateway.config import GatewayConfig, parse_config
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.cache import CacheEntry
 from authn_gateway.layers.cache.redis import EntryCodec
-from authn_gateway.serve.carryover import cache_namespace
+from authn_gateway.review.carryover import cache_namespace
 from backends.base import Authenticated, UserInfo
 from tests.conftest import userinfo_backend
 from tests.support import loadclient

@@ -25,12 +25,12 @@ import redis.asyncio as redis
 import yaml
 
 from authn_gateway.config import RedisSettings, parse_config
-from authn_gateway.fleet.stores import RedisStores
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker import Breaker, LocalProbePermits
 from authn_gateway.layers.cache.memory import MemoryStore
 from authn_gateway.layers.cache.policy import CacheEntry
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.stores import RedisStores
 from authn_gateway.serve.gateway import Gateway
 from backends.base import (
     Authenticated,

@@ -52,7 +52,7 @@ def test_the_image_build_stage_installs_a_working_gateway(tmp_path: Path) -> Non
     for module in (
         "authn_gateway/default.yaml",
         "authn_gateway/review/pipeline.py",
-        "authn_gateway/fleet/stores.py",
+        "authn_gateway/review/stores.py",
         "authn_gateway/layers/bucket/gcra_take.lua",
         "backends/keystone/backend.py",
         "backends/ldap.py",

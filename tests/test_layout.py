@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("authn_gateway", "backends")
 # Modules that hold a layer's state: they serve the layers, never the other way round.
 STORES = [
-    "authn_gateway.fleet.stores",
+    "authn_gateway.review.stores",
     *(
         f"authn_gateway.layers.{layer}.{kind}"
         for layer in ("cache", "breaker", "bucket", "coalesce")

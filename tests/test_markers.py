@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from authn_gateway.config import load_config
+from authn_gateway.review.carryover import identity_fingerprint
 from authn_gateway.review.markers import Markers
-from authn_gateway.serve.carryover import identity_fingerprint
 from backends.base import UserInfo
 
 ALICE = UserInfo("alice", "1", ("dev",), {"team": ("core",)})

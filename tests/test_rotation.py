@@ -272,7 +272,7 @@ def test_a_value_signed_with_an_unknown_secret_is_refused_and_named_by_key_id(
     from authn_gateway.config import GatewayConfig
     from authn_gateway.layers.cache import CacheEntry
     from authn_gateway.layers.cache.redis import EntryCodec
-    from authn_gateway.serve.carryover import cache_namespace
+    from authn_gateway.review.carryover import cache_namespace
     from backends.base import Authenticated, UserInfo
 
     cfg = config(fake_idp, redis_server, NEW, [OLD])

@@ -21,7 +21,7 @@ import yaml
 
 from authn_gateway.config import GatewayConfig
 from authn_gateway.keyed_hashes import TokenHasher
-from authn_gateway.serve.carryover import cache_namespace
+from authn_gateway.review.carryover import cache_namespace
 from authn_gateway.serve.gateway import Gateway
 from tests.conftest import userinfo_backend
 from tests.support.fakes.idp import FakeIdP

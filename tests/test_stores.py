@@ -15,13 +15,13 @@ import pytest
 from authn_gateway.config import RedisSettings
 from authn_gateway.fleet.fleet_size import FleetSize
 from authn_gateway.fleet.redis_link import RedisDown
-from authn_gateway.fleet.stores import BreakerSpec, MemoryStores, RedisStores
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker import redis_sync as breaker_sync
 from authn_gateway.layers.breaker.gate import BUSY, CallGate
 from authn_gateway.layers.bucket import BucketStore, MemoryBucketStore
 from authn_gateway.layers.cache import CacheEntry, CacheStore, MemoryStore
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.stores import BreakerSpec, MemoryStores, RedisStores
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
 from backends.settings import BreakerSettings, ConcurrencySettings
 from tests.support.redis_server import RedisServer

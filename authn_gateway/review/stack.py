@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from authn_gateway.config import GatewayConfig
-from authn_gateway.fleet.stores import BreakerSpec, Stores
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker.gate import CallGate
 from authn_gateway.layers.breaker.layer import BreakerLayer, OpenBreakerLayer
@@ -27,9 +26,10 @@ from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority
 from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
 from authn_gateway.layers.deadline import DeadlineLayer
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.carryover import cache_namespace
 from authn_gateway.review.prerejection import TokenRulesFilter
+from authn_gateway.review.stores import BreakerSpec, Stores
 from authn_gateway.revocation.eviction import Evictor
-from authn_gateway.serve.carryover import cache_namespace
 from backends.base import Authenticator, Backend
 from backends.settings import BackendSettings
 

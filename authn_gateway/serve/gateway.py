@@ -8,20 +8,20 @@ from collections.abc import Sequence
 
 from authn_gateway.config import SECRET_ENV, ConfigError, GatewayConfig
 from authn_gateway.fleet.redis_link import REPLICA_ID
-from authn_gateway.fleet.stores import MemoryStores, Stores
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker.memory import MemoryOverrides
 from authn_gateway.layers.bucket.memory import InboundLimiter
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.observe.readiness import ReadinessGate
+from authn_gateway.review.carryover import identity_fingerprint
 from authn_gateway.review.markers import Markers
 from authn_gateway.review.pipeline import Pipeline
 from authn_gateway.review.routing import Audiences, PrefixRule, Router, chain_of
 from authn_gateway.review.stack import BackendStack, build_stack, outbound_bucket
+from authn_gateway.review.stores import MemoryStores, Stores
 from authn_gateway.revocation.actions import Revocations
 from authn_gateway.revocation.denylist import DenyList
 from authn_gateway.revocation.eviction import Evictor
-from authn_gateway.serve.carryover import identity_fingerprint
 from backends.base import Authenticator, Backend, BackendConfigError
 from backends.budget import UNLIMITED, CallBudget
 
@@ -171,7 +171,7 @@ class Gateway:
                 cache.max_entries_per_user,
                 self.metrics.cache_user_capped.inc,
             )
-        from authn_gateway.fleet.stores import RedisStores
+        from authn_gateway.review.stores import RedisStores
 
         return RedisStores(
             config.redis,
