@@ -17,14 +17,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from authn_gateway.config import ConfigError, parse_config
 from backends.base import Rejected, Unavailable
-from backends.budget import UNLIMITED
 from backends.http import TLSClientSettings, make_client
 from backends.keystone import (
     FERNET_MIN_LENGTH,
@@ -39,8 +38,7 @@ from backends.keystone.groups import GroupLookup
 from backends.keystone.identity import map_identity
 from backends.keystone.service_token import ServiceTokenAuth
 from backends.keystone.settings import GroupLookupSettings
-from backends.registry import build_registered, builds
-from backends.settings import BackendSettings, TimeoutSettings
+from backends.settings import TimeoutSettings
 from tests.support.fakes.idp import serve_h11
 from tests.support.keystone import Keystone, start_keystone
 from tests.support.keystone_proxy import KeystoneProxy
@@ -701,28 +699,6 @@ def test_config_accepts_a_minimal_keystone_backend():
     assert isinstance(settings, KeystoneSettings)
     assert settings.v3_url == "https://keystone.example:5000/v3"
     assert isinstance(settings.build(), KeystoneBackend)
-
-
-def test_settings_build_the_backend_that_registered_itself() -> None:
-    """settings.py does not import the backend, which imports it (tests/test_layout.py):
-    KeystoneBackend registers itself with @builds. A settings class no backend registered
-    for says so, by its type; a second backend for the same settings is refused."""
-
-    class Unbuilt(BackendSettings):
-        type: Literal["unbuilt"]
-
-    unbuilt = Unbuilt(type="unbuilt", name="nobody")
-    with pytest.raises(NotImplementedError) as err:
-        build_registered(unbuilt, UNLIMITED)
-    assert "'unbuilt'" in str(err.value), str(err.value)
-
-    builds(Unbuilt)(KeystoneBackend)
-    with pytest.raises(ValueError, match="Unbuilt builds two backends"):
-        builds(Unbuilt)(cast(Any, GroupLookup))
-    with pytest.raises(ValueError, match="KeystoneSettings builds two backends"):
-        builds(KeystoneSettings)(cast(Any, GroupLookup))
-    ks = parse_config(_config_with(), "test.yaml").backends[0]
-    assert type(build_registered(ks, UNLIMITED)) is KeystoneBackend
 
 
 @pytest.mark.parametrize(
