@@ -275,6 +275,22 @@ def test_a_denied_user_is_refused_even_when_served_from_stale_cache(
     assert is_stale(status(gw, "good-frank"))
 
 
+def test_a_reload_while_redis_is_down_keeps_the_denials(
+    fake_idp: FakeIdP, tmp_path: Path, redis_server: RedisServer, gateways: list[GatewayProcess]
+) -> None:
+    # Found by the chaos runner (seed 2026, 600 s, issue 32): a reload built a new, empty
+    # deny list and could not load it while Redis was cut off; the denied user was served.
+    a, _ = fleet(fake_idp, tmp_path, redis_server, gateways)
+    cache_then_break_the_idp(fake_idp, a, "gina", "hugo")
+    code, _, stderr = admin(a, "deny", "--user", "gina", "--seconds", "300")
+    assert code == 0, stderr
+    redis_server.stop()
+    a.proc.send_signal(signal.SIGHUP)
+    a.wait_for_log("config reloaded")
+    assert status(a, "good-gina") == {"authenticated": False}
+    assert is_stale(status(a, "good-hugo"))  # the reload happened and serves
+
+
 def test_admin_calls_without_the_token_or_with_bad_bodies_are_refused_in_json(
     fake_idp: FakeIdP, tmp_path: Path, gateways: list[GatewayProcess]
 ) -> None:

@@ -199,6 +199,14 @@ class DenyList:
             (e for e in self._entries.values() if e.until > now), key=lambda e: e.subject.key
         )
 
+    def carry_from(self, running: DenyList) -> None:
+        """A reload: start from what the running list knows, its changes not yet stored
+        included, so that a reload while the store cannot be read forgets no denial
+        (issue 32: one during a Redis outage served a denied user until Redis answered)."""
+        self._set(dict(running._entries))
+        self._unsaved = dict(running._unsaved)
+        self._unremoved = set(running._unremoved)
+
     async def refresh(self) -> None:
         """Read the store again (periodically, and when another replica announced a change)."""
         for subject in list(self._unremoved):

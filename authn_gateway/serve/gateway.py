@@ -129,6 +129,9 @@ class Gateway:
             sync_seconds=config.deny_list.sync_seconds,
             metrics=self.metrics,
         )
+        if previous is not None:
+            # Denials are an operator's, like overrides: not lost to a reload.
+            self.revocations.deny_list.carry_from(previous.revocations.deny_list)
         # Each backend is handed its own outbound bucket as the budget for follow-ups.
         buckets = [outbound_bucket(s, self.stores) for s in config.backends]
         self.backends = backends or build_backends(config, source, buckets)

@@ -147,6 +147,20 @@ class Checker:
         replica that was called only (Redis was down: documented)."""
         return bool(a.fleet) or slot == a.via
 
+    def _holds_from(self, a: Applied, r: Review) -> float:
+        """When an admin action holds for the process that answered ``r``: a second after
+        it answered; but the other replicas learn it through Redis, so where a Redis
+        fault began within that second, or the answering process started during one
+        (it could not load the list), from a second after that fault settled."""
+        start = a.ended + PROPAGATION
+        late = r.slot != a.via or (r.process is not None and r.process > a.began)
+        for w in self.redis_windows:
+            starts_in = a.began <= w[0] <= start
+            born_in = r.process is not None and r.process > a.began and w[0] <= r.process <= w[1]
+            if late and (starts_in or born_in):
+                start = max(start, w[1] + PROPAGATION)
+        return start
+
     def denied_and_evicted(self) -> Check:
         check = Check("no review gets a denied or evicted identity")
         for a in self.applied:
@@ -157,13 +171,13 @@ class Checker:
                 for r in self._of_user(user):
                     if not r.authenticated or not self._holds_on(a, r.slot):
                         continue
-                    if a.began + PROPAGATION <= r.sent and r.done <= lift:
+                    if self._holds_from(a, r) <= r.sent and r.done <= lift:
                         check.fail(f"t={r.sent:.1f}s replica {r.slot}: denied {user} served")
             elif a.fault.kind == "evict" and user is not None:
                 for r in self._of_user(user):
                     if not r.authenticated or not self._holds_on(a, r.slot):
                         continue
-                    if r.sent < a.ended + PROPAGATION:
+                    if r.sent < self._holds_from(a, r):
                         continue
                     asked = self._idp_ok_after(user, a.began)
                     if asked is None or asked > r.done:
@@ -196,19 +210,32 @@ class Checker:
             windows.append((refused, (back if back is not None else 1e9) + PROPAGATION))
         return windows
 
+    def _forgotten(self, user: str, t: float) -> int:
+        """How many times before ``t`` every replica's copy of ``user`` was dropped (an
+        eviction, or a refusal from the IdP replacing it)."""
+        times = [
+            a.began
+            for a in self.applied
+            if a.fault.kind == "evict" and a.fault.params.get("user") == user
+        ]
+        times += self._refused_by_user.get(user, [])
+        return sum(1 for x in times if x <= t)
+
     def known_users_served(self) -> Check:
         check = Check("a known user is served (>= 99 % of their reviews)")
         owed: dict[str, int] = {}
         served: dict[str, int] = {}
         excused = 0
-        first_served: dict[tuple[int, float, str], float] = {}
+        first_served: dict[tuple[int, float, str, int], float] = {}
         for r in self.reviews:
             if r.kind != "known" or r.user is None:
                 continue
             proc = None
             if r.slot is not None and r.process is not None:
                 proc = (r.process, self.replicas.stopped(r.slot, r.process))
-            key = (r.slot if r.slot is not None else -1, r.process or 0.0, r.user)
+            # What a process learnt of a user is lost when the user is evicted or refused.
+            era = self._forgotten(r.user, r.sent)
+            key = (r.slot if r.slot is not None else -1, r.process or 0.0, r.user, era)
             if not r.failed and key not in first_served:
                 first_served[key] = r.sent
             if self._excused(r, proc, key, first_served):
@@ -235,8 +262,8 @@ class Checker:
         self,
         r: Review,
         proc: tuple[float, float | None] | None,
-        key: tuple[int, float, str],
-        first_served: dict[tuple[int, float, str], float],
+        key: tuple[int, float, str, int],
+        first_served: dict[tuple[int, float, str, int], float],
     ) -> bool:
         assert r.user is not None
         if _inside(r.sent, self._excused_windows(r.user)):
