@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from backends.context import ReviewContext, WireTime
+
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
@@ -168,8 +170,12 @@ class Authenticator(Protocol):
         """Cheap local check: False when the token can never be accepted here."""
         ...
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
-        """Answer ``token`` by ``deadline`` (event-loop time)."""
+    async def review(self, review: ReviewContext) -> Verdict:
+        """Answer ``review.token`` by ``review.deadline`` (event-loop time).
+
+        A review that can be answered without waiting (a fresh cached entry) must be
+        answered without suspending: the HTTP edge runs the review eagerly and writes
+        such answers at once (authn_gateway/eager.py)."""
         ...
 
 
@@ -217,9 +223,11 @@ class Backend(abc.ABC):
         return True
 
     @abc.abstractmethod
-    async def authenticate(self, token: str) -> Outcome:
-        """Validate ``token`` against the IdP and return exactly one outcome."""
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
+        """Validate ``token`` against the IdP and return exactly one outcome. An HTTP
+        backend sends ``wire`` with each request it makes for this review
+        (``backends.http.on_the_wire``): the clock of the IdP's part of the call."""
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
         # Deadlines and exception guards are layers of their own, around this.
-        return Verdict(await self.authenticate(token), self.name)
+        return Verdict(await self.authenticate(review.token, review.wire), self.name)

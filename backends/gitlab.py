@@ -32,11 +32,13 @@ from pydantic import Field, model_validator
 
 from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
 from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
+from backends.context import WireTime
 from backends.http import (
     PoolSettings,
     TLSClientSettings,
     header_safe,
     make_client,
+    on_the_wire,
     server_failure,
     transport_failure,
     unsendable,
@@ -170,7 +172,7 @@ class GitLabBackend(Backend):
             return "personal"
         return self._s.default_token_type
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         refusal = unsendable(token)
         if refusal is not None:
             return refusal
@@ -178,7 +180,7 @@ class GitLabBackend(Backend):
         auth = (
             {"PRIVATE-TOKEN": token} if kind == "personal" else {"Authorization": f"Bearer {token}"}
         )
-        answer = await self._answer("/api/v4/user", auth, first=True)
+        answer = await self._answer("/api/v4/user", auth, wire, first=True)
         if not isinstance(answer, tuple):
             return answer
         user = map_user(answer[0], self._s.username_prefix)
@@ -187,7 +189,7 @@ class GitLabBackend(Backend):
 
         expires_at: float | None = None
         if self._s.required_scopes or self._s.check_token_expiry:
-            info = await self._token_info(kind, auth, int(user.uid))
+            info = await self._token_info(kind, auth, int(user.uid), wire)
             if not isinstance(info, tuple):
                 return info
             scopes, expires_at = info
@@ -197,7 +199,7 @@ class GitLabBackend(Backend):
 
         groups: tuple[str, ...] = ()
         if self._s.groups.enabled:
-            found = await self._user_groups(int(user.uid), auth)
+            found = await self._user_groups(int(user.uid), auth, wire)
             if not isinstance(found, tuple):
                 return found
             groups = found
@@ -209,6 +211,7 @@ class GitLabBackend(Backend):
         self,
         path: str,
         auth: Mapping[str, str],
+        wire: WireTime | None,
         params: Mapping[str, str | int] | None = None,
         first: bool = False,
     ) -> httpx.Response | Unavailable:
@@ -217,7 +220,7 @@ class GitLabBackend(Backend):
                 self._urls.get(path, path) if params is None else path,
                 headers=auth,
                 params=params,
-                extensions=PAID_BY_REVIEW if first else None,
+                extensions=on_the_wire(wire, PAID_BY_REVIEW if first else None),
             )
         except httpx.HTTPError as exc:
             return transport_failure(exc)
@@ -226,11 +229,12 @@ class GitLabBackend(Backend):
         self,
         path: str,
         auth: Mapping[str, str],
+        wire: WireTime | None,
         params: Mapping[str, str | int] | None = None,
         first: bool = False,
     ) -> tuple[Any, httpx.Response] | Outcome:
         """The decoded body of a 200 and the response, or the outcome GitLab's answer maps to."""
-        response = await self._get(path, auth, params, first)
+        response = await self._get(path, auth, wire, params, first)
         if isinstance(response, Unavailable):
             return response
         refusal = self._refusal(response, path)
@@ -260,11 +264,11 @@ class GitLabBackend(Backend):
         )
 
     async def _token_info(
-        self, kind: TokenKind, auth: Mapping[str, str], user_id: int
+        self, kind: TokenKind, auth: Mapping[str, str], user_id: int, wire: WireTime | None
     ) -> tuple[list[str], float | None] | Outcome:
         """The token's scopes and expiry (Unix time), from the endpoint for its type."""
         path = "/api/v4/personal_access_tokens/self" if kind == "personal" else "/oauth/token/info"
-        answer = await self._answer(path, auth)
+        answer = await self._answer(path, auth, wire)
         if not isinstance(answer, tuple):
             return answer
         doc = answer[0]
@@ -293,7 +297,7 @@ class GitLabBackend(Backend):
         return [str(s) for s in scopes], expires_at
 
     async def _user_groups(
-        self, user_id: int, auth: Mapping[str, str]
+        self, user_id: int, auth: Mapping[str, str], wire: WireTime | None
     ) -> tuple[str, ...] | Outcome:
         cached = self._groups.get(user_id)
         if cached is not None:
@@ -306,7 +310,7 @@ class GitLabBackend(Backend):
         }
         names: dict[str, None] = {}  # an ordered set
         for _ in range(gs.max_pages):
-            answer = await self._answer(path, auth, params)
+            answer = await self._answer(path, auth, wire, params)
             if not isinstance(answer, tuple):
                 return answer
             page, response = answer

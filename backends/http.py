@@ -13,8 +13,7 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from http.cookiejar import Cookie, CookieJar
 from pathlib import Path
@@ -24,6 +23,7 @@ from pydantic import Field
 
 from backends.base import BackendConfigError, Rejected, Unavailable
 from backends.budget import BudgetedTransport, CallBudget, CallHeldBack
+from backends.context import WireTime
 from backends.settings import Strict, TimeoutSettings
 from backends.wire import ANSWERED, BODY_READ, CONNECTING, SENDING, AiohttpWire
 
@@ -52,53 +52,30 @@ class PoolSettings(Strict):
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
-class WireTime:
-    """Seconds a review's HTTP calls spent on the wire: from each request's connect (or
-    its write on a pooled connection) to the last byte of its answer's body. Leaves out
-    the turns the caller's event loop takes around them (pool, close): under a starved
-    CPU those are the caller's time, not the IdP's. The body is in: an IdP that sends
-    its headers at once and then trickles or stalls its body is slow, not the gateway
-    (``tests/test_wire.py``). Whoever times a review sets a fresh one in
-    :data:`WIRE_TIME`."""
-
-    __slots__ = ("calls", "pending", "requests", "seconds", "unread", "unread_within")
-
-    def __init__(self, unread_within: Callable[[float, float], float] | None = None) -> None:
-        #: Requests handed to the transport, and those answered.
-        self.requests = 0
-        self.calls = 0
-        #: When the unanswered request's I/O began (its TCP connect, or its write on a
-        #: pooled connection); None when every request so far was answered.
-        self.pending: float | None = None
-        self.seconds = 0.0
-        #: Of ``seconds``, how long answers may have sat unread: ``unread_within(sent,
-        #: answered)`` (``time.perf_counter``), asked the moment each answer is read (the
-        #: caller knows its own delays). An upper bound: the answer came in at some
-        #: point of the caller's delay, not necessarily at its start.
-        self.unread = 0.0
-        self.unread_within = unread_within
-
-    def add(self, sent: float, answered: float) -> None:
-        taken = answered - sent
-        self.calls += 1
-        self.seconds += taken
-        if self.unread_within is not None:
-            self.unread += min(taken, self.unread_within(sent, answered))
+#: The request extension that carries a review's wire clock (:func:`on_the_wire`).
+WIRE_KEY = "authn_gateway.wire_time"
 
 
-WIRE_TIME: ContextVar[WireTime | None] = ContextVar("backends_wire_time", default=None)
+def on_the_wire(
+    wire: WireTime | None, extensions: Mapping[str, object] | None = None
+) -> dict[str, object] | None:
+    """A request's extensions with the review's wire clock added, so
+    :class:`TimedOnTheWire` counts its time for that review (None: nothing to add)."""
+    if wire is None:
+        return dict(extensions) if extensions else None
+    return {**(extensions or {}), WIRE_KEY: wire}
 
 
 class TimedOnTheWire(httpx.AsyncBaseTransport):
-    """Adds each request's time on the wire to the current :data:`WIRE_TIME`, from
-    httpcore's trace events (HTTP/1.1)."""
+    """Adds each request's time on the wire to the review's :class:`WireTime`, the one
+    its request carries (:func:`on_the_wire`), from httpcore's trace events (HTTP/1.1)."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self._inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        wire = WIRE_TIME.get()
-        if wire is None:
+        wire = request.extensions.get(WIRE_KEY)
+        if not isinstance(wire, WireTime):
             return await self._inner.handle_async_request(request)
         outer_trace = request.extensions.get("trace")
         wire.requests += 1

@@ -27,10 +27,12 @@ from pydantic import Field, model_validator
 
 from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable
 from backends.budget import UNLIMITED, CallBudget
+from backends.context import WireTime
 from backends.http import (
     PoolSettings,
     TLSClientSettings,
     make_client,
+    on_the_wire,
     server_failure,
     transport_failure,
 )
@@ -118,7 +120,7 @@ class IntrospectionBackend(Backend):
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         form = {"token": token, "token_type_hint": "access_token", **self._form_credentials}
         try:
             response = await self._client.post(
@@ -126,6 +128,7 @@ class IntrospectionBackend(Backend):
                 data=form,
                 auth=self._auth if self._auth is not None else httpx.USE_CLIENT_DEFAULT,
                 headers={"accept": "application/json"},
+                extensions=on_the_wire(wire),
             )
         except httpx.HTTPError as exc:
             return transport_failure(exc)

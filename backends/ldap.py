@@ -64,6 +64,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.budget import UNLIMITED, CallBudget
+from backends.context import WireTime
 from backends.http import TLSClientSettings
 from backends.registry import register
 from backends.settings import BackendSettings, Secret, Strict
@@ -564,7 +565,7 @@ class LDAPBackend(Backend):
         creds = parse_token(token, self._s.token_format)
         return creds is not None and sendable_password(creds.password)
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         creds = parse_token(token, self._s.token_format)
         if creds is None:
             return Rejected("token is not username:password with both parts set")

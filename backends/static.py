@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 
 from backends.base import Authenticated, Backend, BackendConfigError, Outcome, Rejected, UserInfo
 from backends.budget import UNLIMITED, CallBudget
+from backends.context import WireTime
 from backends.registry import register
 from backends.settings import BackendSettings, Secret, Strict
 
@@ -179,7 +180,7 @@ class StaticBackend(Backend):
                     "backend %s: reloaded %d tokens from %s", self.name, len(self._table), path
                 )
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         entry = self._table.get(self._digest(token))
         if entry is not None and hmac.compare_digest(entry.token, token.encode()):
             return Authenticated(entry.user)

@@ -23,11 +23,13 @@ from pydantic import Field
 
 from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
 from backends.budget import UNLIMITED, CallBudget
+from backends.context import WireTime
 from backends.http import (
     PoolSettings,
     TLSClientSettings,
     header_safe,
     make_client,
+    on_the_wire,
     server_failure,
     transport_failure,
     unsendable,
@@ -73,13 +75,15 @@ class UserinfoBackend(Backend):
     def could_accept(self, token: str) -> bool:
         return header_safe(token)
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         refusal = unsendable(token)
         if refusal is not None:
             return refusal
         try:
             response = await self._client.get(
-                self._url, headers={"Authorization": f"Bearer {token}"}
+                self._url,
+                headers={"Authorization": f"Bearer {token}"},
+                extensions=on_the_wire(wire),
             )
         except httpx.HTTPError as exc:
             return transport_failure(exc)

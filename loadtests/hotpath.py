@@ -36,6 +36,7 @@ from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.server import _UvicornConfig
 from backends.base import Authenticated, UserInfo
+from backends.context import ReviewContext
 
 from .refapps import raw_app
 
@@ -234,7 +235,7 @@ async def main(profile: str | None, calls: int = N) -> None:
         ),
         (
             "      backend stack (key, cache, verdict)",
-            await timed_async(lambda: stack.review(TOKEN, (), loop.time() + 5)),
+            await timed_async(lambda: stack.review(ReviewContext(TOKEN, (), loop.time() + 5))),
         ),
         (
             "        HMAC-SHA256 cache key",

@@ -36,6 +36,7 @@ from authn_gateway.observe.logsink import LogSink
 from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
 from backends.base import Authenticated
+from backends.context import ReviewContext
 from tests.support.procs import free_port, wait_for_port
 
 from .bench import pinned
@@ -122,7 +123,7 @@ async def measure(url: str, port: int, calls: int, profile: str | None) -> None:
         assert isinstance(outcome, Authenticated), outcome
 
     async def stack_miss() -> None:
-        verdict = await stack.review(fresh_token(), (), loop.time() + 5)
+        verdict = await stack.review(ReviewContext(fresh_token(), (), loop.time() + 5))
         assert isinstance(verdict.outcome, Authenticated), verdict
 
     async def pipeline_miss() -> None:

@@ -19,6 +19,7 @@ from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter
 from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo, Verdict
+from backends.context import ReviewContext
 
 DOWN = Unavailable("down")
 OK = Authenticated(UserInfo("u"))
@@ -301,7 +302,7 @@ class Hanging:
     def could_accept(self, token: str) -> bool:
         return True
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
@@ -316,12 +317,12 @@ async def test_an_open_breaker_refuses_before_a_review_waits_for_a_local_slot() 
     below = ConcurrencyLayer(BreakerLayer(Hanging(), b, metrics), limiter, metrics)
     top = OpenBreakerLayer(below, b)
     deadline = asyncio.get_running_loop().time() + 60
-    hung = asyncio.ensure_future(top.review("t1", (), deadline))
+    hung = asyncio.ensure_future(top.review(ReviewContext("t1", (), deadline)))
     for _ in range(5):
         await asyncio.sleep(0)
     assert limiter.in_flight == 1
     b.hold_open(30)  # opened (Retry-After, another replica) with the slot still held
-    waiting = asyncio.ensure_future(top.review("t2", (), deadline))
+    waiting = asyncio.ensure_future(top.review(ReviewContext("t2", (), deadline)))
     for _ in range(5):
         await asyncio.sleep(0)
     assert limiter.waiting() == 0

@@ -41,6 +41,7 @@ from backends.base import (
     Unavailable,
     UserInfo,
 )
+from backends.context import WireTime
 from backends.ldap import Credentials, LDAPBackend, LDAPSettings
 from backends.userinfo import UserinfoBackend, UserinfoSettings
 from tests.conftest import userinfo_backend
@@ -552,7 +553,7 @@ class Buggy(Backend):
         self.calls = 0
         self.down = False
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         self.calls += 1
         if self.down:
             return Unavailable("connection failed")

@@ -25,6 +25,7 @@ from backends.base import (
     Unavailable,
     UserInfo,
 )
+from backends.context import WireTime
 
 
 class Scripted(Backend):
@@ -38,7 +39,7 @@ class Scripted(Backend):
         self.delay = delay
         self.seen: list[str] = []
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         self.seen.append(token)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -180,7 +181,8 @@ async def test_a_known_user_never_waits_for_a_slot_another_call_took_first() -> 
     )
     assert isinstance((await gw.pipeline.review("known", (), "c")).outcome, Authenticated)
     await asyncio.sleep(0.06)  # past its TTL: a stale entry remains
-    limiter = gw.pipeline.backends["a"].extras["concurrency"]
+    limiter = gw.pipeline.backends["a"].parts.limiter
+    assert limiter is not None
     assert isinstance(limiter, ConcurrencyLimiter)
     limiter.algorithm._recent_rtt = 0.05  # measured and healthy: waiting is allowed
     taken: list[Slot] = []
@@ -228,7 +230,7 @@ async def test_slow_backend_costs_at_most_its_deadline() -> None:
 
 async def test_backend_exception_is_unavailable_not_a_crash() -> None:
     class Broken(Backend):
-        async def authenticate(self, token: str) -> Outcome:
+        async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
             raise KeyError("bug")
 
     gw = gateway([{"name": "a"}], {"a": Broken("a")})  # type: ignore[dict-item]

@@ -1,7 +1,8 @@
-"""Cache hits answered at once through a chain of backends and the audience check
-(``Chain.review_now``, ``Audiences.review_now``): the verdict ``review`` would give, or
-None when ``review`` would still ask a backend. Gateways built from config in process
-over real fake IdPs (loopback sockets), and one ``authn-gateway serve`` over a socket."""
+"""Cache hits answered at once through a chain of backends and the audience check: the
+review, run eagerly as the edge runs it, finishes without waiting exactly when every
+backend it asks has a fresh local entry, and is counted once either way. Gateways built
+from config in process over real fake IdPs (loopback sockets), and one ``authn-gateway
+serve`` over a socket."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 from prometheus_client import generate_latest
 
 from authn_gateway.config import parse_config
+from authn_gateway.eager import Done, run_eagerly
 from authn_gateway.serve.gateway import Gateway
 from backends.base import Authenticated, Rejected, Verdict
 from tests.conftest import userinfo_backend
@@ -73,14 +75,26 @@ def same(a: Verdict | None, b: Verdict) -> bool:
     )
 
 
+async def answer(
+    gateway: Gateway, token: str, audiences: tuple[str, ...] = ()
+) -> tuple[Verdict, bool]:
+    """The review's verdict, and whether it was answered at once: run eagerly, as the
+    edge runs it (authn_gateway/eager.py), and carried on if it had to wait."""
+    run = run_eagerly(gateway.pipeline.review(token, audiences, "c"))
+    if isinstance(run, Done):
+        return run.value, True
+    return await run.resume(), False
+
+
 async def test_chain_answers_the_first_members_cached_identity_at_once(
     build: Any, fake_idp: FakeIdP, second_idp: FakeIdP
 ) -> None:
     gateway = await build(chain_config(fake_idp, second_idp))
-    first = await gateway.pipeline.review("good-alice", (), "c")
+    first, at_once = await answer(gateway, "good-alice")
+    assert not at_once
     assert isinstance(first.outcome, Authenticated) and first.backend == "first"
-    now = gateway.pipeline.review_now("good-alice", ())
-    assert same(now, first) and now is not None and now.cached
+    now, at_once = await answer(gateway, "good-alice")
+    assert at_once and same(now, first) and now.cached
     assert (fake_idp.calls, second_idp.calls) == (1, 0)
 
 
@@ -88,10 +102,11 @@ async def test_chain_answers_a_rejection_at_once_only_when_every_member_rejected
     build: Any, fake_idp: FakeIdP, second_idp: FakeIdP
 ) -> None:
     gateway = await build(chain_config(fake_idp, second_idp))
-    assert gateway.pipeline.review_now("bad-token", ()) is None
-    slow = await gateway.pipeline.review("bad-token", (), "c")
+    slow, at_once = await answer(gateway, "bad-token")
+    assert not at_once
     assert isinstance(slow.outcome, Rejected) and slow.backend == "second"
-    assert same(gateway.pipeline.review_now("bad-token", ()), slow)
+    now, at_once = await answer(gateway, "bad-token")
+    assert at_once and same(now, slow)
     assert (fake_idp.calls, second_idp.calls) == (1, 1)
 
 
@@ -103,20 +118,22 @@ async def test_a_cached_rejection_is_not_answered_while_the_next_member_has_no_a
     fake_idp.configure(status=401)
     second_idp.configure(status=503)
     gateway = await build(chain_config(fake_idp, second_idp))
-    down = await gateway.pipeline.review("good-bob", (), "c")
+    down, _ = await answer(gateway, "good-bob")
     assert not isinstance(down.outcome, Authenticated | Rejected)
     second_idp.configure(status=None)
-    # review would ask the second backend now: no answer at once...
-    assert gateway.pipeline.review_now("good-bob", ()) is None
-    # ...and it authenticates; the rejection cached by the first stays cached, and is
-    # counted once: by review, not also by the look that gave up.
-    up = await gateway.pipeline.review("good-bob", (), "c")
+    # The review asks the second backend now: not answered at once; it authenticates,
+    # the rejection cached by the first stays cached and is counted once per review
+    # (the part run at once and the part carried on are one review).
+    up, at_once = await answer(gateway, "good-bob")
+    assert not at_once
     assert isinstance(up.outcome, Authenticated) and up.backend == "second"
     assert fake_idp.calls == 1
     assert lookups(gateway, "first", "negative_hit") == 1
     # Now both answers are fresh: the chain's answer is given at once.
-    assert same(gateway.pipeline.review_now("good-bob", ()), up)
+    now, at_once = await answer(gateway, "good-bob")
+    assert at_once and same(now, up)
     assert fake_idp.calls == 1
+    assert lookups(gateway, "first", "negative_hit") == 2
 
 
 async def test_the_audience_check_narrows_an_answer_given_at_once(
@@ -124,12 +141,12 @@ async def test_the_audience_check_narrows_an_answer_given_at_once(
 ) -> None:
     gateway = await build(chain_config(fake_idp, second_idp, audiences=["api", "other"]))
     for audiences in (("api", "vault"), ("vault",)):
-        slow = await gateway.pipeline.review("good-carol", audiences, "c")
-        now = gateway.pipeline.review_now("good-carol", audiences)
-        assert same(now, slow)
-    assert now is not None and isinstance(now.outcome, Rejected)
-    narrowed = gateway.pipeline.review_now("good-carol", ("api", "vault"))
-    assert narrowed is not None and narrowed.audiences == ("api",)
+        slow, _ = await answer(gateway, "good-carol", audiences)
+        now, at_once = await answer(gateway, "good-carol", audiences)
+        assert at_once and same(now, slow)
+    assert isinstance(now.outcome, Rejected)
+    narrowed, at_once = await answer(gateway, "good-carol", ("api", "vault"))
+    assert at_once and narrowed.audiences == ("api",)
     assert fake_idp.calls == 2  # one per audience set (each is its own cache key)
 
 

@@ -19,11 +19,11 @@ import pytest
 
 from backends.base import Unavailable
 from backends.http import (
-    WIRE_TIME,
     PoolSettings,
     TLSClientSettings,
     WireTime,
     make_client,
+    on_the_wire,
     transport_failure,
 )
 from backends.settings import TimeoutSettings
@@ -191,13 +191,9 @@ async def test_wire_time_counts_each_answered_request(serve: Serve) -> None:
 
     idp = await serve(slowly)
     wire = WireTime()
-    token = WIRE_TIME.set(wire)
-    try:
-        async with client(idp.url) as c:
-            for _ in range(3):
-                await c.get("/")
-    finally:
-        WIRE_TIME.reset(token)
+    async with client(idp.url) as c:
+        for _ in range(3):
+            await c.get("/", extensions=on_the_wire(wire))
     assert (wire.requests, wire.calls, wire.pending) == (3, 3, None)
     assert 0.15 <= wire.seconds < 1.5
 
@@ -207,13 +203,9 @@ async def test_a_body_still_arriving_is_time_on_the_wire(serve: Serve) -> None:
     # clock until the call ends (idp_time adds it), as a request never answered does.
     idp = await serve(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"))
     wire = WireTime()
-    token = WIRE_TIME.set(wire)
-    try:
-        async with client(idp.url) as c:
-            with pytest.raises(httpx.ReadTimeout):
-                await c.get("/")
-    finally:
-        WIRE_TIME.reset(token)
+    async with client(idp.url) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            await c.get("/", extensions=on_the_wire(wire))
     assert (wire.requests, wire.calls, wire.seconds) == (1, 0, 0.0)
     assert wire.pending is not None
 

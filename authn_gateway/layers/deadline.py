@@ -13,12 +13,13 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
+from authn_gateway.eager import in_a_task
 from authn_gateway.layers.base import Layer
 from authn_gateway.observe import looplag
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, Unavailable, Verdict
-from backends.http import WIRE_TIME, WireTime
+from backends.context import ReviewContext, WireTime
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,15 @@ class DeadlineLayer(Layer):
         self.seconds = seconds
         self.metrics = metrics
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
+        await in_a_task()  # a call is never answered at once (asyncio.timeout needs a task)
         lag = looplag.for_running_loop()
         behind = lag.behind
         wire = WireTime(lag.delay_within)
-        timing = WIRE_TIME.set(wire)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.seconds):
-                verdict = await self.inner.review(token, audiences, deadline)
+                verdict = await self.inner.review(review.for_call(wire=wire))
         except TimeoutError:
             verdict = Verdict(
                 Unavailable(f"no answer within {self.seconds:g}s", timed_out=True), self.name
@@ -57,8 +58,6 @@ class DeadlineLayer(Layer):
         except Exception as exc:
             # A bug of ours: not a 500, not an "invalid token", not the IdP's fault.
             verdict = Verdict(internal_error(self.name, exc, self.metrics), self.name)
-        finally:
-            WIRE_TIME.reset(timing)
         ended = time.perf_counter()
         seconds = ended - started
         # The layers above (breaker: slow calls; concurrency limit: latency) read the

@@ -4,19 +4,19 @@
       -> pre-rejection (control characters, service-account JWTs, per-backend rules)
       -> deny list (token ids; usernames and credential ids once a backend has answered)
       -> route (prefix, or the chain) to a target Authenticator
-      -> target.review: [audiences] -> [chain] -> each backend's stack
-         (token rules, cache, breaker, budget, deadline, backend; see stack.py)
-         the inbound limit (per caller) is charged by the cache layer on a miss only:
-         a cache hit is never refused (admission.py)
+      -> target.review(ReviewContext): [audiences] -> [chain] -> each backend's stack
+         (cache, open breaker, concurrency limit, breaker, budget, deadline, token
+         rules, backend: review/stack.py); the inbound limit (per caller) is charged by
+         the cache layer on a miss only: a cache hit is never refused
     answer out
 
-Every step below the route answers the same interface (:class:`Authenticator`), so
-each can be read and tested alone; docs/architecture.md has the picture.
+Every step below the route answers the same interface (:class:`Authenticator`), and
+takes what it needs from the one :class:`~backends.context.ReviewContext` handed down,
+so each can be read and tested alone; docs/architecture.md has the picture.
 
-:meth:`Pipeline.review_now` is the same path for the answers that need no waiting:
-the local rejections, and a target that can answer at once (``review_now``: the cache
-layer's fresh local entries, through the chain and the audience check). It answers
-or returns None having counted nothing.
+There is one path. The edge runs it eagerly (authn_gateway/eager.py): a review that
+needs no waiting (a local refusal, a fresh local cache entry) finishes without a task;
+any other carries on from where it stopped, in one.
 """
 
 from __future__ import annotations
@@ -25,15 +25,13 @@ import asyncio
 from collections.abc import Mapping
 
 from authn_gateway.keyed_hashes import TokenHasher
-from authn_gateway.layers.bucket.memory import InboundLimiter
 from authn_gateway.observe.metrics import Metrics
-from authn_gateway.review import inbound as admission
-from authn_gateway.review.inbound import InboundCharge
 from authn_gateway.review.prerejection import prerejection_reason
 from authn_gateway.review.routing import Route, Router
 from authn_gateway.review.stack import BackendStack
 from authn_gateway.revocation.denylist import DenyList
 from backends.base import Authenticated, Authenticator, Rejected, Verdict
+from backends.context import InboundLimit, ReviewContext
 
 GATEWAY = "gateway"
 DENIED = "denied by an operator (deny list)"
@@ -46,7 +44,7 @@ class Pipeline:
         self,
         router: Router[Authenticator],
         backends: Mapping[str, BackendStack],
-        inbound: InboundLimiter | None,
+        inbound: InboundLimit | None,
         deadline: float,
         reject_service_accounts: bool,
         metrics: Metrics,
@@ -64,39 +62,27 @@ class Pipeline:
         self.hasher = hasher or TokenHasher(None)
 
     async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
-        charge = None
-        if self.inbound is not None:
-            charge = InboundCharge(self.inbound, caller, self._inbound_refused)
-        scope = admission.begin(charge)
-        try:
-            return await self._review(token, audiences)
-        finally:
-            admission.end(scope)
-
-    def _inbound_refused(self) -> None:
-        self.metrics.limiter_refusal("inbound", GATEWAY)
-
-    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
-        """The verdict, if it needs no await (see the module docstring), else None."""
-        route = self._route(token)
-        if isinstance(route, Verdict):
-            return route
-        target = route.target
-        answer_now = getattr(target, "review_now", None)
-        if answer_now is None:
-            return None
-        verdict: Verdict | None = answer_now(route.token, audiences)
-        return None if verdict is None else self._denied_user(verdict)
-
-    async def _review(self, token: str, audiences: tuple[str, ...]) -> Verdict:
+        """The verdict on ``token``. A cache hit finishes without suspending (the edge
+        runs this eagerly, authn_gateway/eager.py); a miss carries on from the cache
+        layer's local lookup."""
         route = self._route(token)
         if isinstance(route, Verdict):
             return route
         target = route.target
         assert target is not None
-        # Every review is answered by this time, whatever the backends do.
-        deadline = asyncio.get_running_loop().time() + self.deadline
-        return self._denied_user(await target.review(route.token, audiences, deadline))
+        review = ReviewContext(
+            route.token,
+            audiences,
+            # Every review is answered by this time, whatever the backends do.
+            asyncio.get_running_loop().time() + self.deadline,
+            caller,
+            self.inbound,
+            on_refused=self._inbound_refused,
+        )
+        return self._denied_user(await target.review(review))
+
+    def _inbound_refused(self) -> None:
+        self.metrics.limiter_refusal("inbound", GATEWAY)
 
     def _route(self, token: str) -> Route[Authenticator] | Verdict:
         """The route to the token's target, or the local refusal (counted)."""

@@ -14,7 +14,7 @@ import binascii
 import orjson
 
 from authn_gateway.layers.base import Layer
-from backends.base import Authenticator, Verdict
+from backends.base import Authenticator
 from backends.settings import TokenRules
 
 SERVICE_ACCOUNT_ISSUER = "kubernetes/serviceaccount"
@@ -62,6 +62,3 @@ class TokenRulesFilter(Layer):
         super().__init__(inner)
         accepts, lo, hi = inner.could_accept, rules.min_length, rules.max_length
         self.could_accept = lambda token: lo <= len(token) <= hi and accepts(token)
-
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
-        return await self.inner.review(token, audiences, deadline)

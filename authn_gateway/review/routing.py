@@ -14,29 +14,21 @@ The chain's answer (:class:`Chain`):
 
 :class:`Audiences` then intersects the requested audiences with the deciding
 backend's configured ones.
-
-Both also answer at once (``review_now``, the cache-hit path the HTTP edge answers
-itself) when every backend their ``review`` would ask has a fresh local entry, with
-the verdict and the counts ``review`` would give; otherwise None, having counted nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from authn_gateway.layers.base import Layer
 from backends.base import Authenticated, Authenticator, Rejected, Unavailable, Verdict
+from backends.context import ReviewContext
 
 B = TypeVar("B")
 
 CHAIN = "chain"
-
-#: A target's answer without awaiting (``review_now``: a fresh local cache hit), or None.
-ReviewNow = Callable[[str, tuple[str, ...]], Verdict | None]
-#: The same answer with what counts it, not yet counted (``CacheLayer.look_now``).
-LookNow = Callable[[str, tuple[str, ...]], tuple[Verdict, Callable[[], None]] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +80,15 @@ class Chain:
     def could_accept(self, token: str) -> bool:
         return any(m.could_accept(token) for m in self.members)
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
+        token = review.token
         candidates = [m for m in self.members if m.could_accept(token)]
         if len(candidates) == 1:
-            return await candidates[0].review(token, audiences, deadline)
+            return await candidates[0].review(review)
         unanswered: list[tuple[str, Unavailable]] = []
         verdict = Verdict(Rejected("no backend accepts this token's form"), CHAIN)
         for member in candidates:
-            verdict = await member.review(token, audiences, deadline)
+            verdict = await member.review(review)
             if isinstance(verdict.outcome, Authenticated):
                 return verdict
             if isinstance(verdict.outcome, Unavailable):
@@ -103,33 +96,6 @@ class Chain:
         if not unanswered:
             return verdict
         return Verdict(unavailable_in_chain(unanswered), unanswered[0][0])
-
-    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
-        """What :meth:`review` would answer, when every member it would ask answers at
-        once (fresh local cache hits); else None, having counted nothing.
-
-        :meth:`review` asks the candidates in order until one authenticates, so the
-        members up to that one must all answer now: a cached rejection is answered
-        only when each later candidate's is too, and an *unavailable* never is."""
-        candidates = [m for m in self.members if m.could_accept(token)]
-        if len(candidates) == 1:
-            only: ReviewNow | None = getattr(candidates[0], "review_now", None)
-            return None if only is None else only(token, audiences)
-        verdict = Verdict(Rejected("no backend accepts this token's form"), CHAIN)
-        counts = []
-        for member in candidates:
-            look: LookNow | None = getattr(member, "look_now", None)
-            found = None if look is None else look(token, audiences)
-            if found is None or isinstance(found[0].outcome, Unavailable):
-                return None
-            verdict, count = found
-            counts.append(count)
-            if isinstance(verdict.outcome, Authenticated):
-                break
-        # Counted as review would have: each member asked, once.
-        for count in counts:
-            count()
-        return verdict
 
 
 def chain_of(members: Sequence[Authenticator]) -> Authenticator | None:
@@ -145,16 +111,9 @@ class Audiences(Layer):
     def __init__(self, inner: Authenticator, configured: Mapping[str, tuple[str, ...]]) -> None:
         super().__init__(inner)
         self._configured = configured
-        self._inner_now: ReviewNow | None = getattr(inner, "review_now", None)
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
-        return self._narrow(await self.inner.review(token, audiences, deadline), audiences)
-
-    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
-        """:meth:`review`'s answer when the inner target answers at once, else None."""
-        inner_now = self._inner_now
-        verdict = None if inner_now is None else inner_now(token, audiences)
-        return None if verdict is None else self._narrow(verdict, audiences)
+    async def review(self, review: ReviewContext) -> Verdict:
+        return self._narrow(await self.inner.review(review), review.audiences)
 
     def _narrow(self, verdict: Verdict, audiences: tuple[str, ...]) -> Verdict:
         if not audiences or not isinstance(verdict.outcome, Authenticated):

@@ -9,7 +9,7 @@ factory and one entry in the list. See docs/architecture.md for the picture.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from authn_gateway.config import GatewayConfig
 from authn_gateway.keyed_hashes import TokenHasher
@@ -35,6 +35,17 @@ from backends.settings import BackendSettings
 
 
 @dataclass
+class StackParts:
+    """What a backend's layers share, built before any layer (:func:`build_parts`), so
+    no factory depends on another having run first: the outbound bucket, and for a
+    backend that calls its IdP per review, its breaker and its concurrency limit."""
+
+    bucket: TokenBucket
+    breaker: CallGate | None = None
+    limiter: ConcurrencyLimiter | None = None
+
+
+@dataclass
 class BackendStack:
     """One backend, its stack, and the parts operators reach (admin routes, metrics)."""
 
@@ -43,10 +54,17 @@ class BackendStack:
     backend: Backend
     #: The outermost layer: what the router and the chain call.
     top: Authenticator
-    #: The backend's outbound bucket: its stack's budget layer and its follow-up calls.
-    bucket: TokenBucket
-    breaker: CallGate | None = None
-    extras: dict[str, object] = field(default_factory=dict)
+    parts: StackParts
+    #: The factories ``top`` was built from, outermost first (:func:`layers_for`).
+    layers: tuple[LayerFactory, ...] = ()
+
+    @property
+    def bucket(self) -> TokenBucket:
+        return self.parts.bucket
+
+    @property
+    def breaker(self) -> CallGate | None:
+        return self.parts.breaker
 
 
 @dataclass
@@ -58,79 +76,61 @@ class StackContext:
     stores: Stores
     metrics: Metrics
     hasher: TokenHasher
-    handle: BackendStack
+    parts: StackParts
     #: Operator evictions: the cache layer must not write back or serve what was evicted.
     evictor: Evictor | None = None
 
 
-LayerFactory = Callable[[Authenticator, StackContext], Authenticator]
+LayerFactory = Callable[[Authenticator, "StackContext"], Authenticator]
 
 
-def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
-    return TokenRulesFilter(inner, ctx.settings.token_rules)
+# ---- the parts ----------------------------------------------------------------------
 
 
-def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
-    name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
-    s = ctx.settings
-    cache = ctx.config.cache_for(s)
-    limiter = ctx.handle.extras.get("concurrency")
-    return CacheLayer(
-        inner,
-        ReviewCache(cache, ctx.stores.cache_store()),
-        ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
-        ctx.hasher,
-        ctx.metrics,
-        # Known users are answered stale while their refresh waits for a slot.
-        saturated=(
-            (lambda: limiter.would_wait(Priority.HAS_FALLBACK))
-            if isinstance(limiter, ConcurrencyLimiter)
-            else None
-        ),
-        revalidate=cache.stale_while_revalidate,
-        namespace=cache_namespace(s),
-        evictor=ctx.evictor,
-        token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
-        stale_wait=forced_closed_wait(
-            ctx.handle.breaker, s.breaker.forced_closed_stale_wait_seconds
-        ),
+def outbound_bucket(settings: BackendSettings, stores: Stores) -> TokenBucket:
+    """The backend's call budget: built before the backend, which is handed it."""
+    b = settings.bucket
+    return TokenBucket(f"bucket:{settings.name}", b.rate, b.burst, stores.bucket_store())
+
+
+def build_parts(
+    settings: BackendSettings,
+    backend: Backend,
+    bucket: TokenBucket,
+    config: GatewayConfig,
+    stores: Stores,
+    metrics: Metrics,
+) -> StackParts:
+    if not backend.remote or not backend.calls_idp_per_review:
+        # Static tokens call nobody; a local verifier (jwt) makes no IdP call per review,
+        # so a crafted token must not count as the IdP failing, and it has no IdP queue
+        # to protect. Its own IdP calls (key fetches) carry their own protection.
+        return StackParts(bucket)
+    return StackParts(
+        bucket,
+        fleet_breaker(settings, stores, metrics),
+        concurrency_limiter(settings, config, metrics) if settings.concurrency.enabled else None,
     )
 
 
-def forced_closed_wait(breaker: CallGate | None, seconds: float) -> Callable[[], float | None]:
-    """How long a review with a stale entry may wait for the IdP: ``seconds`` while an
-    operator forces the breaker closed (nothing else then sheds a hanging IdP), else no
-    bound of its own. (The breaker layer is built first: it sits below the cache.)"""
-
-    def wait() -> float | None:
-        if breaker is not None and breaker.override is Override.FORCED_CLOSED:
-            return seconds
-        return None
-
-    return wait
-
-
-def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
-    if not ctx.handle.backend.calls_idp_per_review:
-        # A local verifier (jwt): a crafted token must not count as the IdP failing.
-        # Its own IdP calls (key fetches) carry their own protection.
-        return inner
-    s, name = ctx.settings.breaker, ctx.settings.name
+def fleet_breaker(settings: BackendSettings, stores: Stores, metrics: Metrics) -> CallGate:
+    """The backend's breaker: in this process, or the fleet's in Redis (fleet/stores.py)."""
+    s, name = settings.breaker, settings.name
     rate, slow = s.failure_rate, s.slow_calls
-    breaker = ctx.stores.breaker(
+    breaker = stores.breaker(
         BreakerSpec(
             name,
-            ctx.settings,
+            settings,
             # A probe's permit and an in-flight slot outlive their call by a margin, then
             # free themselves.
-            slot_ttl=ctx.settings.timeouts.total_seconds + 1,
-            on_transition=ctx.metrics.breaker_transition,
+            slot_ttl=settings.timeouts.total_seconds + 1,
+            on_transition=metrics.breaker_transition,
             failure_rate=(
                 FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None
             ),
             slow_calls=(
                 SlowCalls(
-                    slow.duration_threshold_seconds or ctx.settings.timeouts.total_seconds / 2,
+                    slow.duration_threshold_seconds or settings.timeouts.total_seconds / 2,
                     FailureRate(slow.rate_threshold, slow.window_seconds, slow.min_calls),
                 )
                 if slow
@@ -138,16 +138,9 @@ def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
             ),
         )
     )
-    ctx.metrics.set_breaker_state(name, breaker.state)
-    ctx.metrics.set_override(name, breaker.forced())
-    ctx.handle.breaker = breaker
-    return BreakerLayer(inner, breaker, ctx.metrics)
-
-
-def open_breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
-    # Built after breaker_layer (it sits above): the handle holds the backend's breaker.
-    breaker = ctx.handle.breaker
-    return inner if breaker is None else OpenBreakerLayer(inner, breaker)
+    metrics.set_breaker_state(name, breaker.state)
+    metrics.set_override(name, breaker.forced())
+    return breaker
 
 
 #: Extra IdP latency below this share of the call timeout (20 ms of 1 s) does not shrink
@@ -155,14 +148,13 @@ def open_breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator
 NEGLIGIBLE_DELAY_SHARE = 0.02
 
 
-def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
-    c, name = ctx.settings.concurrency, ctx.settings.name
-    if not c.enabled or not ctx.handle.backend.calls_idp_per_review:
-        # A local verifier (jwt) has no IdP queue per review to protect.
-        return inner
+def concurrency_limiter(
+    settings: BackendSettings, config: GatewayConfig, metrics: Metrics
+) -> ConcurrencyLimiter:
+    c = settings.concurrency
     # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
     # queue, so the fleet's total stays what one replica would keep.
-    share = ctx.config.redis.expected_replicas if ctx.config.redis is not None else 1
+    share = config.redis.expected_replicas if config.redis is not None else 1
     limiter = ConcurrencyLimiter(
         VegasLimit(
             VegasSettings(
@@ -172,26 +164,82 @@ def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
                 alpha=c.queue_low / share,
                 beta=c.queue_high / share,
                 # Relative to the review's own deadline, so nothing is tuned per IdP.
-                negligible_delay=NEGLIGIBLE_DELAY_SHARE * ctx.settings.timeouts.total_seconds,
+                negligible_delay=NEGLIGIBLE_DELAY_SHARE * settings.timeouts.total_seconds,
             )
         )
     )
-    ctx.metrics.watch_concurrency(
-        name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
+    metrics.watch_concurrency(
+        settings.name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
     )
-    ctx.handle.extras["concurrency"] = limiter
-    return ConcurrencyLayer(inner, limiter, ctx.metrics)
+    return limiter
+
+
+# ---- the layers ---------------------------------------------------------------------
+
+
+def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    name, deadline = ctx.settings.name, ctx.settings.timeouts.total_seconds
+    s = ctx.settings
+    cache = ctx.config.cache_for(s)
+    limiter = ctx.parts.limiter
+    return CacheLayer(
+        inner,
+        ReviewCache(cache, ctx.stores.cache_store()),
+        ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
+        ctx.hasher,
+        ctx.metrics,
+        # Known users are answered stale while their refresh waits for a slot.
+        saturated=(
+            (lambda: limiter.would_wait(Priority.HAS_FALLBACK)) if limiter is not None else None
+        ),
+        revalidate=cache.stale_while_revalidate,
+        namespace=cache_namespace(s),
+        evictor=ctx.evictor,
+        token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
+        stale_wait=forced_closed_wait(
+            ctx.parts.breaker, s.breaker.forced_closed_stale_wait_seconds
+        ),
+    )
+
+
+def forced_closed_wait(breaker: CallGate | None, seconds: float) -> Callable[[], float | None]:
+    """How long a review with a stale entry may wait for the IdP: ``seconds`` while an
+    operator forces the breaker closed (nothing else then sheds a hanging IdP), else no
+    bound of its own."""
+
+    def wait() -> float | None:
+        if breaker is not None and breaker.override is Override.FORCED_CLOSED:
+            return seconds
+        return None
+
+    return wait
+
+
+def open_breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    assert ctx.parts.breaker is not None, "only in the stack of a backend with a breaker"
+    return OpenBreakerLayer(inner, ctx.parts.breaker)
+
+
+def concurrency_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    assert ctx.parts.limiter is not None, "only in the stack of a backend with a limit"
+    return ConcurrencyLayer(inner, ctx.parts.limiter, ctx.metrics)
+
+
+def breaker_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    assert ctx.parts.breaker is not None, "only in the stack of a backend with a breaker"
+    return BreakerLayer(inner, ctx.parts.breaker, ctx.metrics)
 
 
 def budget_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
-    if not ctx.handle.backend.calls_idp_per_review:
-        # Reviews make no IdP call; the backend pays the bucket per key fetch instead.
-        return inner
-    return BudgetLayer(inner, ctx.handle.bucket, ctx.settings.bucket.max_wait_seconds, ctx.metrics)
+    return BudgetLayer(inner, ctx.parts.bucket, ctx.settings.bucket.max_wait_seconds, ctx.metrics)
 
 
 def deadline_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     return DeadlineLayer(inner, ctx.settings.timeouts.total_seconds, ctx.metrics)
+
+
+def token_rules(inner: Authenticator, ctx: StackContext) -> Authenticator:
+    return TokenRulesFilter(inner, ctx.settings.token_rules)
 
 
 #: A backend's layers, outermost first.
@@ -214,20 +262,27 @@ LAYERS: tuple[LayerFactory, ...] = (
     token_rules,
 )
 
+#: A backend that verifies tokens itself (jwt: ``calls_idp_per_review = False``): its
+#: answers are cached, but a review makes no IdP call, so no breaker, limit or budget:
+#: a crafted token must not count as the IdP failing or spend the bucket. Its own IdP
+#: calls (key fetches) take from the bucket and carry their own floor and back-off.
+LOCAL_VERIFIER_LAYERS: tuple[LayerFactory, ...] = (cache_layer, deadline_layer, token_rules)
 
-#: The layers of a backend that makes no remote call (static tokens): a deadline and its
-#: exception guard, and the token rules. No cache, breaker or budget (Backend.remote).
+#: A backend that makes no remote call (static tokens): a deadline and its exception
+#: guard, and the token rules. No cache, breaker or budget, which would protect nothing
+#: and let anyone lock it out (``Backend.remote``).
 LOCAL_LAYERS: tuple[LayerFactory, ...] = (deadline_layer, token_rules)
 
 
-def layers_for(backend: Backend) -> tuple[LayerFactory, ...]:
-    return LAYERS if backend.remote else LOCAL_LAYERS
-
-
-def outbound_bucket(settings: BackendSettings, stores: Stores) -> TokenBucket:
-    """The backend's call budget: built before the backend, which is handed it."""
-    b = settings.bucket
-    return TokenBucket(f"bucket:{settings.name}", b.rate, b.burst, stores.bucket_store())
+def layers_for(backend: Backend, settings: BackendSettings) -> tuple[LayerFactory, ...]:
+    """The real stack of ``backend``, outermost first: every factory in it builds a layer."""
+    if not backend.remote:
+        return LOCAL_LAYERS
+    if not backend.calls_idp_per_review:
+        return LOCAL_VERIFIER_LAYERS
+    if not settings.concurrency.enabled:
+        return tuple(f for f in LAYERS if f is not concurrency_layer)
+    return LAYERS
 
 
 def build_stack(
@@ -241,13 +296,13 @@ def build_stack(
     layers: tuple[LayerFactory, ...] | None = None,
     evictor: Evictor | None = None,
 ) -> BackendStack:
-    """Wrap ``backend`` in ``layers`` (by default :func:`layers_for` the backend)."""
+    """Build the backend's parts, then wrap ``backend`` in ``layers`` (by default
+    :func:`layers_for` the backend) the way starlette builds its middleware stack."""
     if layers is None:
-        layers = layers_for(backend)
-    handle = BackendStack(settings.name, settings, backend, backend, bucket)
-    ctx = StackContext(settings, config, stores, metrics, hasher, handle, evictor)
+        layers = layers_for(backend, settings)
+    parts = build_parts(settings, backend, bucket, config, stores, metrics)
+    ctx = StackContext(settings, config, stores, metrics, hasher, parts, evictor)
     top: Authenticator = backend
     for make in reversed(layers):
         top = make(top, ctx)
-    handle.top = top
-    return handle
+    return BackendStack(settings.name, settings, backend, top, parts, layers)

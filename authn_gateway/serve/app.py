@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from authn_gateway.serve.endpoint import Receive, Scope, Send
+from authn_gateway.serve.endpoint import BEGUN_KEY, Begun, Receive, Scope, Send
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.generation import Generation
 
@@ -43,16 +43,16 @@ class GatewayApp:
         generation answered without awaiting, or None."""
         if scope["path"] != self.review_path:
             return None
-        return self.review.answer_now(scope, body)
+        return self.review.answer_at_once(scope, body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        begun: Begun | None = scope.get(BEGUN_KEY)
+        if begun is not None:
+            # A review the edge began is finished by the generation that began it.
+            await begun.endpoint(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["path"] == self.review_path:
-            review = self.review
-            review.in_flight += 1
-            try:
-                await review(scope, receive, send)
-            finally:
-                review.in_flight -= 1
+            await self.review(scope, receive, send)
             return
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)

@@ -1,10 +1,12 @@
-"""The TokenReview endpoint: a raw ASGI handler, and the same review answered at once.
+"""The TokenReview endpoint: a raw ASGI handler, whose review the edge runs eagerly.
 
 It is the hot path, and starlette's Request/Response objects would cost more than a
 cached review. Health, metrics and admin routes are an ordinary starlette app
-(:mod:`.ops`). :meth:`ReviewEndpoint.answer_now` is the cache-hit path the HTTP edge
-calls before making a task (:mod:`.edge`): the same checks and the same answer, log
-line and metrics, for a review the pipeline can answer without awaiting anything.
+(:mod:`.ops`). Each step of a request (caller check, size, parse, the pipeline, render,
+count, log) exists once, in :meth:`ReviewEndpoint._reply`. The edge hands a request
+that arrived whole to :meth:`ReviewEndpoint.answer_at_once`, which runs that coroutine
+eagerly: a cache hit is answered without a task; a review that must wait carries on
+from where it stopped, in the ASGI task (:meth:`ReviewEndpoint.__call__`).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from authn_gateway.eager import Done, Suspended, run_eagerly
 from authn_gateway.edge.callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
 from authn_gateway.kube_status import render_error
 from authn_gateway.observe.audit import AuditLog
@@ -44,6 +48,28 @@ RENDERED_ANSWERS = 10_000
 
 class TooLarge(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An HTTP answer: a 200 with a TokenReview, or a refusal (a Kubernetes Status)."""
+
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+#: Where :meth:`ReviewEndpoint.answer_at_once` leaves what it began for the ASGI path.
+BEGUN_KEY = "authn_gateway.begun"
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """A review the edge began eagerly: a refusal to send, or the review to carry on.
+    It is finished by the endpoint that began it (a reload may swap in another)."""
+
+    endpoint: ReviewEndpoint
+    run: Done[Reply] | Suspended[Reply]
 
 
 # The request headers the review path reads; one pass collects them.
@@ -119,8 +145,8 @@ class ReviewEndpoint:
         # by identity, so an id is never mistaken for a later object's.
         self._rendered: dict[tuple[str, str, bool, tuple[str, ...], int], tuple[Any, Answer]] = {}
 
-    def _refusal(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
-        """Why the request is refused before its body is read (status, message, headers)."""
+    def _refusal(self, scope: Scope) -> Reply | None:
+        """Why the request is refused before its body is read (counted), else None."""
         headers = _headers(scope)
         if self.callers.required:
             # Before anything else: an unknown caller learns nothing and costs nothing.
@@ -128,90 +154,117 @@ class ReviewEndpoint:
                 scope.get(CERT_NAMES_KEY, ()), headers.get(b"authorization")
             )
             if caller is None:
-                return 401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
+                return self._refused(
+                    401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
+                )
             scope[CALLER_KEY] = caller
         if scope["method"] != "POST":
-            return 405, "method must be POST", [(b"allow", b"POST")]
+            return self._refused(405, "method must be POST", [(b"allow", b"POST")])
         content_type = headers.get(b"content-type", b"")
         if (
             content_type != b"application/json"
             and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
         ):
-            return 400, "Content-Type must be application/json", []
+            return self._refused(400, "Content-Type must be application/json")
         encoding = headers.get(b"content-encoding")
         if encoding is not None and encoding.strip().lower() != b"identity":
-            return 400, "Content-Encoding is not supported", []
+            return self._refused(400, "Content-Encoding is not supported")
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            return 413, f"body larger than {self.max_body} bytes", []
+            return self._refused(413, f"body larger than {self.max_body} bytes")
         return None
 
-    def answer_now(self, scope: Scope, body: bytes) -> bytes | None:
-        """The answer to a whole request, if it is a review the pipeline answers without
-        awaiting (a cache hit); else None, having changed nothing (no metric, no log
-        line): the request then goes through :meth:`__call__`, which refuses or asks."""
-        if self._refusal(scope) is not None or len(body) > self.max_body:
-            return None
-        try:
-            review = parse_review(body)
-        except Exception:
-            return None  # BadReview, or a bug of ours: the ASGI path answers (and logs) it
-        started = time.perf_counter()
-        try:
-            verdict = self.pipeline.review_now(review.token, review.audiences)
-        except Exception:
-            return None  # answered (internal error, counted) by the ASGI path
-        if verdict is None:
-            return None
-        return self._answer(review, verdict, caller_identity(scope), started)
+    def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
+        """The edge's hook for a request that arrived whole: the review, run eagerly
+        (authn_gateway/eager.py). A 200 that needed no waiting (a cache hit, a local
+        refusal) is returned for the edge to write at once; anything else (a refusal, a
+        review that must wait) is left in the scope for :meth:`__call__`, which the edge
+        then runs as ASGI, to send or to carry on: no step runs twice."""
+        run = run_eagerly(self._reply(scope, body))
+        if isinstance(run, Done) and run.value.status == 200:
+            return run.value.body
+        scope[BEGUN_KEY] = Begun(self, run)
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            review = await self._read_review(scope, receive, send)
-        except Exception as exc:
-            # A bug of ours before the review was read: a request we cannot read is a
-            # 400 by the answer rules (kube-apiserver does not retry it), never a 500.
-            internal_error(GATEWAY, exc, self.metrics)
-            await self._refuse(send, 400, "request could not be read (internal error, logged)")
-            return
-        if review is None:
-            return  # refused, or the client went away
+        begun: Begun | None = scope.pop(BEGUN_KEY, None)
+        run = begun.run if begun is not None else None
+        if isinstance(run, Done):
+            reply: Reply | None = run.value
+        elif isinstance(run, Suspended):
+            reply = await run.resume()
+        else:
+            reply = await self._read_and_reply(scope, receive)
+        if reply is not None:
+            await _send(send, reply.status, reply.body, reply.headers)
 
-        started = time.perf_counter()
-        caller = caller_identity(scope)
+    async def _read_and_reply(self, scope: Scope, receive: Receive) -> Reply | None:
+        """A request that did not arrive whole: refused before its body is read, or
+        read and answered (None: the client went away)."""
         try:
-            verdict = await self.pipeline.review(review.token, review.audiences, caller)
+            refusal = self._refusal(scope)
         except Exception as exc:
-            # Last line of defence: the answer rules never allow a 500.
-            verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-        try:
-            body = self._answer(review, verdict, caller, started)
-        except Exception as exc:
-            # Rendering, counting or logging failed: the error answer, rendered alone.
-            verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-            body = render_verdict(review.api_version, verdict).body
-        await _send(send, 200, body)
-
-    async def _read_review(
-        self, scope: Scope, receive: Receive, send: Send
-    ) -> ReviewRequest | None:
-        """The request's review, or None once it was refused (or its client left)."""
-        refusal = self._refusal(scope)
+            return self._unreadable(exc)
         if refusal is not None:
-            await self._refuse(send, *refusal)
-            return None
+            return refusal
         try:
             body = await _read_body(receive, self.max_body)
         except TooLarge:
-            await self._refuse(send, 413, f"body larger than {self.max_body} bytes")
-            return None
+            return self._refused(413, f"body larger than {self.max_body} bytes")
         except ConnectionResetError:
             return None
+        return await self._answer_body(scope, body)
+
+    async def _reply(self, scope: Scope, body: bytes) -> Reply:
+        """The whole request's answer: the head's checks, then the body's."""
         try:
-            return parse_review(body)
-        except BadReview as exc:
-            await self._refuse(send, 400, str(exc))
-            return None
+            refusal = self._refusal(scope)
+        except Exception as exc:
+            return self._unreadable(exc)
+        if refusal is not None:
+            return refusal
+        if len(body) > self.max_body:
+            return self._refused(413, f"body larger than {self.max_body} bytes")
+        return await self._answer_body(scope, body)
+
+    async def _answer_body(self, scope: Scope, body: bytes) -> Reply:
+        """The review in ``body``, answered by the rules in README: a 400 for what cannot
+        be read, else a 200, whatever happens below (never a 500)."""
+        self.in_flight += 1  # a reload closes this generation only once its reviews end
+        try:
+            try:
+                review = parse_review(body)
+            except BadReview as exc:
+                return self._refused(400, str(exc))
+            except Exception as exc:
+                return self._unreadable(exc)
+            started = time.perf_counter()
+            caller = caller_identity(scope)
+            try:
+                verdict = await self.pipeline.review(review.token, review.audiences, caller)
+            except Exception as exc:
+                # Last line of defence: the answer rules never allow a 500.
+                verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
+            try:
+                return Reply(200, self._answer(review, verdict, caller, started))
+            except Exception as exc:
+                # Rendering, counting or logging failed: the error answer, rendered alone.
+                verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
+                return Reply(200, render_verdict(review.api_version, verdict).body)
+        finally:
+            self.in_flight -= 1
+
+    def _unreadable(self, exc: Exception) -> Reply:
+        # A bug of ours before the review was read: a request we cannot read is a 400 by
+        # the answer rules (kube-apiserver does not retry it), never a 500.
+        internal_error(GATEWAY, exc, self.metrics)
+        return self._refused(400, "request could not be read (internal error, logged)")
+
+    def _refused(
+        self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> Reply:
+        self.metrics.bad_requests.labels(str(status)).inc()
+        return Reply(status, render_error(status, message), headers or [])
 
     def _answer(
         self, review: ReviewRequest, verdict: Verdict, caller: str, started: float
@@ -271,9 +324,3 @@ class ReviewEndpoint:
             self.review_log.flush()
         if self.audit_log is not None:
             self.audit_log.close()
-
-    async def _refuse(
-        self, send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
-    ) -> None:
-        self.metrics.bad_requests.labels(str(status)).inc()
-        await _send(send, status, render_error(status, message), extra)

@@ -32,6 +32,7 @@ from backends.base import (
     Unavailable,
 )
 from backends.budget import UNLIMITED, CallBudget
+from backends.context import WireTime
 from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
 from backends.jws import is_canonical
 from backends.jwt import idtoken
@@ -193,7 +194,7 @@ class JWTBackend(Backend, Collector):
         parsed = peek(token)
         return parsed is not None and self._issued_here(parsed)
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         parsed = peek(token)
         if parsed is None:
             return Rejected("not a JWT")

@@ -29,7 +29,8 @@ import httpx
 
 from backends.base import Backend, Outcome, Rejected, Unavailable
 from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
-from backends.http import header_safe, make_client, server_failure, unsendable
+from backends.context import WireTime
+from backends.http import header_safe, make_client, on_the_wire, server_failure, unsendable
 from backends.keystone.groups import GroupLookup
 from backends.keystone.identity import Group, map_identity
 from backends.keystone.service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
@@ -99,7 +100,7 @@ class KeystoneBackend(Backend):
             FERNET.fullmatch(token)
         )
 
-    async def authenticate(self, token: str) -> Outcome:
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         refusal = unsendable(token)
         if refusal is not None:
             return refusal
@@ -108,7 +109,7 @@ class KeystoneBackend(Backend):
                 self._validate_url,
                 headers={"X-Subject-Token": token},
                 auth=self._auth,
-                extensions=PAID_BY_REVIEW,
+                extensions=on_the_wire(wire, PAID_BY_REVIEW),
             )
         )
         if isinstance(answer, Unavailable):
@@ -131,7 +132,7 @@ class KeystoneBackend(Backend):
             return Unavailable("Keystone sent an unreadable token body")
         groups: tuple[Group, ...] = ()
         if self._s.groups.enabled:
-            found = await self._groups.get(str(user_id))
+            found = await self._groups.get(str(user_id), wire)
             if not isinstance(found, tuple):
                 return found
             groups = found

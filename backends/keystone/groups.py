@@ -14,8 +14,9 @@ import httpx
 from cachetools import TTLCache
 
 from backends.base import Rejected, Unavailable
+from backends.context import WireTime
 from backends.flight import SingleFlight
-from backends.http import server_failure
+from backends.http import on_the_wire, server_failure
 from backends.keystone.identity import Group
 from backends.keystone.service_token import ServiceTokenAuth, send_with_service_token
 from backends.keystone.settings import GroupLookupSettings
@@ -50,12 +51,16 @@ class GroupLookup:
         )
         self._flights: SingleFlight[Groups | Rejected | Unavailable] = SingleFlight()
 
-    async def get(self, user_id: str) -> Groups | Rejected | Unavailable:
+    async def get(
+        self, user_id: str, wire: WireTime | None = None
+    ) -> Groups | Rejected | Unavailable:
+        """The user's groups; a fetch's pages are timed on ``wire`` (the review that
+        started it: the others wait for the same answer)."""
         known = self._entries.get(user_id)
         now = self._clock()
         if known is not None and now < known[1] + self._settings.cache_ttl_seconds:
             return known[0]
-        result = await self._flights.do(user_id, lambda: self._fetch(user_id))
+        result = await self._flights.do(user_id, lambda: self._fetch(user_id, wire))
         if isinstance(result, tuple):
             self._entries[user_id] = (result, self._clock())
             return result
@@ -67,13 +72,15 @@ class GroupLookup:
             return known[0]
         return result
 
-    async def _fetch(self, user_id: str) -> Groups | Rejected | Unavailable:
+    async def _fetch(self, user_id: str, wire: WireTime | None) -> Groups | Rejected | Unavailable:
         url: str = f"users/{quote(user_id, safe='')}/groups"
         groups: list[Group] = []
         for _page in range(self._settings.max_pages):
             # Each page is a follow-up call: it takes from the backend's call budget.
             answer = await send_with_service_token(
-                functools.partial(self._client.get, url, auth=self._auth)
+                functools.partial(
+                    self._client.get, url, auth=self._auth, extensions=on_the_wire(wire)
+                )
             )
             if isinstance(answer, Unavailable):
                 return answer

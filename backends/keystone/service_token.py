@@ -14,8 +14,9 @@ import httpx
 
 from backends.base import HeldBack, Unavailable
 from backends.budget import CallHeldBack
+from backends.context import WireTime
 from backends.flight import SingleFlight
-from backends.http import server_failure, transport_failure
+from backends.http import WIRE_KEY, on_the_wire, server_failure, transport_failure
 from backends.keystone.identity import parse_keystone_time
 from backends.keystone.settings import ServiceCredentials, ServiceTokenSettings
 from backends.settings import DEFAULT_MAX_RETRY_AFTER_SECONDS, TimeoutSettings
@@ -75,7 +76,7 @@ class ServiceToken:
     async def start(self) -> None:
         # In the background: a Keystone outage must neither fail nor hold up the gateway's
         # start (it would rather answer from its cache); early reviews join this login.
-        self._flights.start(_LOGIN, self._authenticate)
+        self._flights.start(_LOGIN, lambda: self._authenticate(None))
         self._refresher = asyncio.create_task(self._refresh_loop(), name=f"keystone-{self._name}")
 
     async def close(self) -> None:
@@ -85,11 +86,11 @@ class ServiceToken:
             await asyncio.gather(self._refresher, return_exceptions=True)
         await self._flights.cancel_all()
 
-    async def get(self) -> str | Unavailable:
+    async def get(self, wire: WireTime | None = None) -> str | Unavailable:
         held = self._held
         if held is not None and self._clock() < held.usable_until:
             return held.value
-        return await self._login()
+        return await self._login(wire)
 
     def refused(self, token: str) -> None:
         """Keystone answered 401 to ``token``: drop it; the next :meth:`get` logs in again."""
@@ -102,7 +103,10 @@ class ServiceToken:
         """Keystone accepted our token on a validation: the trouble is over."""
         self._strikes = 0
 
-    async def _login(self) -> str | Unavailable:
+    async def _login(self, wire: WireTime | None = None) -> str | Unavailable:
+        """A login, shared by every review that needs one now; it is timed on the wire
+        clock of the review that started it (``wire``): a review waiting for a hanging
+        login waits for Keystone, not for the gateway."""
         if not self._flights.busy(_LOGIN):
             wait = self._not_before - self._clock()
             if wait > 0:
@@ -110,7 +114,7 @@ class ServiceToken:
                     f"{self._last_failure.reason}; next service login in {wait:.1f}s"
                 )
         # The flight is shielded: a review that gives up does not cancel the others' login.
-        result = await self._flights.do(_LOGIN, self._authenticate)
+        result = await self._flights.do(_LOGIN, lambda: self._authenticate(wire))
         return result.value if isinstance(result, _Held) else result
 
     def _trouble(self, failure: Unavailable) -> None:
@@ -126,14 +130,17 @@ class ServiceToken:
         self._not_before = self._clock() + delay
         self._last_failure = failure
 
-    async def _authenticate(self) -> _Held | Unavailable:
+    async def _authenticate(self, wire: WireTime | None) -> _Held | Unavailable:
         self.logins += 1
         started = self._clock()
         try:
             async with asyncio.timeout(self._deadline):
                 # A login is a follow-up call: it takes from the backend's call budget.
                 response = await self._client.post(
-                    "auth/tokens", params={"nocatalog": "1"}, json=self._credentials.auth_request()
+                    "auth/tokens",
+                    params={"nocatalog": "1"},
+                    json=self._credentials.auth_request(),
+                    extensions=on_the_wire(wire),
                 )
         except TimeoutError:
             return self._failed(Unavailable("service login: no answer in time"))
@@ -225,7 +232,9 @@ class ServiceTokenAuth(httpx.Auth):
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
         for attempt in (1, 2):
-            token = await self._service.get()
+            # A login it needs is timed on the wire clock of the request it is for.
+            wire = request.extensions.get(WIRE_KEY)
+            token = await self._service.get(wire if isinstance(wire, WireTime) else None)
             if isinstance(token, Unavailable):
                 raise ServiceTokenUnavailable(token)
             request.headers["X-Auth-Token"] = token

@@ -11,6 +11,7 @@ from authn_gateway.layers.base import Layer
 from authn_gateway.layers.breaker.gate import BUSY, CallGate
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Unavailable, Verdict
+from backends.context import ReviewContext
 
 _OPEN = Unavailable("circuit breaker open")
 # The fleet-wide (or, without Redis, per-process) in-flight ceiling: the gateway's own
@@ -24,7 +25,7 @@ class BreakerLayer(Layer):
         self.breaker = breaker
         self.metrics = metrics
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
         breaker = self.breaker
         ticket = await breaker.admit()
         if ticket is None:
@@ -32,7 +33,7 @@ class BreakerLayer(Layer):
         if ticket is BUSY:
             self.metrics.limiter_refusal("in_flight", self.name)
             return Verdict(_BUSY, self.name)
-        verdict = await self.inner.review(token, audiences, deadline)
+        verdict = await self.inner.review(review)
         outcome = verdict.outcome
         if isinstance(outcome, Unavailable) and not outcome.blames_idp:
             breaker.release(ticket)  # our own budget said no, or our own bug
@@ -56,7 +57,7 @@ class OpenBreakerLayer(Layer):
         super().__init__(inner)
         self.breaker = breaker
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
         if self.breaker.fails_fast():
             return Verdict(_OPEN, self.name)
-        return await self.inner.review(token, audiences, deadline)
+        return await self.inner.review(review)

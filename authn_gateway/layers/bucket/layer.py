@@ -8,6 +8,7 @@ from authn_gateway.layers.base import Layer
 from authn_gateway.layers.bucket.gcra import TokenBucket
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Verdict
+from backends.context import ReviewContext
 
 _REFUSED = HeldBack("outbound rate limit reached")
 
@@ -21,8 +22,8 @@ class BudgetLayer(Layer):
         self.max_wait = max_wait
         self.metrics = metrics
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
         if not await self.bucket.acquire(self.max_wait):
             self.metrics.limiter_refusal("outbound", self.name)
             return Verdict(_REFUSED, self.name)
-        return await self.inner.review(token, audiences, deadline)
+        return await self.inner.review(review)

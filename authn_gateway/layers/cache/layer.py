@@ -14,16 +14,17 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from authn_gateway.eager import in_a_task
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.base import Layer
 from authn_gateway.layers.cache.policy import CacheEntry, PreviousKeys, ReviewCache
 from authn_gateway.layers.coalesce import Coalescer
-from authn_gateway.layers.concurrency.layer import HAS_FALLBACK, MAY_QUEUE, SATURATED
+from authn_gateway.layers.concurrency.layer import SATURATED
 from authn_gateway.observe.metrics import Metrics
-from authn_gateway.review.inbound import miss_allowed
 from authn_gateway.revocation.eviction import Evictor
 from authn_gateway.tasks import Background
 from backends.base import Authenticated, Authenticator, HeldBack, Unavailable, Verdict
+from backends.context import ReviewContext
 
 
 class CacheLayer(Layer):
@@ -67,11 +68,15 @@ class CacheLayer(Layer):
         self._negative_hit = metrics.cache_counter(self.name, "negative_hit")
         self._miss = metrics.cache_counter(self.name, "miss")
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
+    async def review(self, review: ReviewContext) -> Verdict:
+        token, audiences = review.token, review.audiences
         key = self.hasher.cache_key(self.namespace, token, audiences)
         now = self.clock()
         entry = self.cache.peek(key, now)
         if entry is None or now >= entry.fresh_until:
+            # Not answerable at once (no fresh local entry): the review carries on in a
+            # task from here (authn_gateway/eager.py), with the key computed.
+            await in_a_task()
             entry = await self.cache.get(key, self._previous_keys(token, audiences))
         if entry is not None and now < entry.fresh_until:
             (self._hit if entry.positive else self._negative_hit).inc()
@@ -81,13 +86,16 @@ class CacheLayer(Layer):
         servable = self._servable(entry, asked_at)
         if entry is not None and servable and self._stale_first(key):
             # A known user: answered stale now; the refresh waits its turn meanwhile.
-            return self._stale_and_refresh(entry, key, token, audiences, deadline)
-        if not miss_allowed():
-            # Only reviews that need the IdP pay for the caller's rate; see admission.py.
+            return self._stale_and_refresh(entry, key, review)
+        if not review.miss_allowed():
+            # Only reviews that need the IdP pay for the caller's rate: kube-apiserver is
+            # one caller for all its users, and a cache hit (no IdP call, microseconds)
+            # is never refused, so a burst of junk cannot fail cached users too.
             refused = Verdict(HeldBack("caller exceeded its review rate"), self.name)
             return self._stale_or(entry, refused, asked_at)
         # Only the miss path pays for a timer. Leaving the flight early does not cancel
         # the shared call: other reviews may still be waiting for it.
+        deadline = review.deadline
         answer_by = deadline  # the call itself keeps the full deadline
         wait = self.stale_wait() if servable and self.stale_wait is not None else None
         if wait is not None:
@@ -97,29 +105,22 @@ class CacheLayer(Layer):
                 verdict = await self.coalescer.do(
                     key,
                     # A known user's call takes a free slot or none: no queue.
-                    lambda: self._fill(key, token, audiences, deadline, servable, not servable),
+                    lambda: self._fill(key, review, servable, not servable),
                     lambda: self._recheck(key),
                 )
         except TimeoutError:
             verdict = Verdict(Unavailable("no answer within the review deadline"), self.name)
         if verdict.outcome is SATURATED and entry is not None and servable:
             # The slot it saw free was taken before its call ran: stale, refresh queued.
-            return self._stale_and_refresh(entry, key, token, audiences, deadline)
+            return self._stale_and_refresh(entry, key, review)
         if isinstance(verdict.outcome, Unavailable):
             return self._stale_or(entry, verdict, asked_at)
         return verdict
 
-    def _stale_and_refresh(
-        self,
-        entry: CacheEntry,
-        key: bytes,
-        token: str,
-        audiences: tuple[str, ...],
-        deadline: float,
-    ) -> Verdict:
+    def _stale_and_refresh(self, entry: CacheEntry, key: bytes, review: ReviewContext) -> Verdict:
         if key not in self._refreshing:
             self._refreshing.add(key)
-            self._background.spawn(self._refresh(key, token, audiences, deadline))
+            self._background.spawn(self._refresh(key, review))
         return self._stale(entry)
 
     def _previous_keys(self, token: str, audiences: tuple[str, ...]) -> PreviousKeys | None:
@@ -129,43 +130,16 @@ class CacheLayer(Layer):
             return None
         return lambda: hasher.previous_cache_keys(self.namespace, token, audiences)
 
-    def review_now(self, token: str, audiences: tuple[str, ...]) -> Verdict | None:
-        """A fresh entry of the in-process tier, counted as a hit; else None, counted as
-        nothing (the caller then awaits :meth:`review`). The cache-hit fast path."""
-        found = self.look_now(token, audiences)
-        if found is None:
-            return None
-        verdict, count = found
-        count()
-        return verdict
-
-    def look_now(
-        self, token: str, audiences: tuple[str, ...]
-    ) -> tuple[Verdict, Callable[[], None]] | None:
-        """:meth:`review_now`'s verdict and what counts it, not yet counted: for a caller
-        (the chain) that may still take the awaited path, which counts it then."""
-        key = self.hasher.cache_key(self.namespace, token, audiences)
-        now = self.clock()
-        entry = self.cache.peek(key, now)
-        if entry is None or now >= entry.fresh_until:
-            return None
-        return (
-            Verdict(entry.outcome, self.name, cached=True),
-            (self._hit if entry.positive else self._negative_hit).inc,
-        )
-
     def _stale_first(self, key: bytes) -> bool:
         if self.revalidate or key in self._refreshing:
             return True  # (a refresh already on its way: no need to wait for it)
         return self.saturated is not None and self.saturated()
 
-    async def _refresh(
-        self, key: bytes, token: str, audiences: tuple[str, ...], deadline: float
-    ) -> None:
+    async def _refresh(self, key: bytes, review: ReviewContext) -> None:
         try:
             await self.coalescer.do(
                 key,
-                lambda: self._fill(key, token, audiences, deadline, True),
+                lambda: self._fill(key, review, True),
                 lambda: self._recheck(key),
             )
         finally:
@@ -174,23 +148,20 @@ class CacheLayer(Layer):
     async def _fill(
         self,
         key: bytes,
-        token: str,
-        audiences: tuple[str, ...],
-        deadline: float,
+        review: ReviewContext,
         has_fallback: bool = False,
         may_queue: bool = True,
     ) -> Verdict:
         """The one call per key: ask below, write what may be cached (before any lease
         is released, so other replicas find it)."""
-        # The concurrency limit below lets calls with no fallback go first.
-        HAS_FALLBACK.set(has_fallback)
-        MAY_QUEUE.set(may_queue)
         asked_at = self.evictor.now() if self.evictor is not None else 0.0
-        verdict = await self.inner.review(token, audiences, deadline)
+        # The concurrency limit below lets calls with no fallback go first.
+        call = review.for_call(has_fallback=has_fallback, may_queue=may_queue)
+        verdict = await self.inner.review(call)
         outcome = verdict.outcome
         if isinstance(outcome, Unavailable):
             return verdict
-        token_id = self.hasher.token_id(self.token_prefix + token)
+        token_id = self.hasher.token_id(self.token_prefix + review.token)
         identity = outcome.user if isinstance(outcome, Authenticated) else None
         if self.evictor is not None and self.evictor.evicted_since(
             identity.username if identity else None,

@@ -6,29 +6,22 @@ breaker admit it (state check, fleet in-flight slot, probe permit), so a queued 
 holds none of those, and a call that queued while the breaker was closed is refused if
 it opened meanwhile. The breaker never sees this layer's refusals (:class:`HeldBack`:
 the IdP was not asked); its own (open, fleet ceiling) come back here as calls never
-sent, which teach the limit nothing. The cache layer above says, through
-:data:`HAS_FALLBACK`, whether the review could be answered stale: such calls wait
-behind those for never-seen tokens.
+sent, which teach the limit nothing. The cache layer above says, in the review's
+``has_fallback``, whether the review could be answered stale: such calls wait behind
+those for never-seen tokens. With ``may_queue`` false a call takes a free slot or none
+(answered :data:`SATURATED`, not counted), and the cache layer then answers stale and
+queues the refresh in the background: a review cannot know at its own check that a
+slot stays free (other reviews' calls may take it before its call runs), and a refresh
+queued behind never-seen tokens held its review for seconds.
 """
 
 from __future__ import annotations
-
-from contextvars import ContextVar
 
 from authn_gateway.layers.base import Layer
 from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority, Refusal, Slot
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Unavailable, Verdict
-
-#: Set by the cache layer around the call it makes for one key: True when a stale
-#: entry could answer the review meanwhile.
-HAS_FALLBACK: ContextVar[bool] = ContextVar("authn_gateway_has_fallback", default=False)
-#: False for a call a review waits for although a stale entry could answer it: it takes a
-#: free slot or none (answered :data:`SATURATED`, not counted), and the cache layer then
-#: answers stale and queues the refresh in the background. A review cannot know at its
-#: own check that a slot stays free: other reviews' calls may take it before its call
-#: runs, and a refresh queued behind never-seen tokens held its review for seconds.
-MAY_QUEUE: ContextVar[bool] = ContextVar("authn_gateway_may_queue", default=True)
+from backends.context import ReviewContext
 
 SATURATED = HeldBack("IdP saturated: no call slot in time")
 
@@ -39,10 +32,10 @@ class ConcurrencyLayer(Layer):
         self.limiter = limiter
         self.metrics = metrics
 
-    async def review(self, token: str, audiences: tuple[str, ...], deadline: float) -> Verdict:
-        priority = Priority.HAS_FALLBACK if HAS_FALLBACK.get() else Priority.NO_FALLBACK
-        if MAY_QUEUE.get():
-            slot: Slot | Refusal = await self.limiter.acquire(priority, deadline)
+    async def review(self, review: ReviewContext) -> Verdict:
+        priority = Priority.HAS_FALLBACK if review.has_fallback else Priority.NO_FALLBACK
+        if review.may_queue:
+            slot: Slot | Refusal = await self.limiter.acquire(priority, review.deadline)
         elif (free := self.limiter.try_acquire(priority)) is not None:
             slot = free
         else:
@@ -52,7 +45,7 @@ class ConcurrencyLayer(Layer):
             return Verdict(SATURATED, self.name)
         self.metrics.slot_waited(self.name, slot.waited)
         try:
-            verdict = await self.inner.review(token, audiences, deadline)
+            verdict = await self.inner.review(review)
             outcome = verdict.outcome
             # A failure or timeout is a drop; a call held back below was never sent, and
             # one that timed out waiting for our own loop says nothing about the IdP.
