@@ -205,9 +205,14 @@ class Checker:
             elif a.fault.kind == "evict":
                 back = self._idp_ok_after(user, a.began)
                 windows.append((a.began, (back if back is not None else 1e9) + PROPAGATION))
+        # The IdP's own "no" is cached (negative_ttl_seconds, +10 % jitter) where it was
+        # asked, and shared: it may answer until the IdP said yes again and that long.
+        kept = self.run.negative_ttl * 1.1
         for refused in self._refused_by_user.get(user, []):
             back = self._idp_ok_after(user, refused)
-            windows.append((refused, (back if back is not None else 1e9) + PROPAGATION))
+            until = max(back if back is not None else 1e9, refused + kept)
+            # From when a review that waited for that very call may have been sent.
+            windows.append((refused - self.run.bounds.total_timeout, until + PROPAGATION))
         return windows
 
     def _forgotten(self, user: str, t: float) -> int:

@@ -41,8 +41,11 @@ class Review:
 
     @property
     def failed(self) -> bool:
-        """Not an answer the token deserves: an error, a 5xx, or no answer at all."""
-        return self.status != 200 or self.error is not None
+        """Not the answer the token deserves: an error, a 5xx, no answer at all, or a
+        valid token (a known user's, a never-seen one) not authenticated."""
+        if self.status != 200 or self.error is not None:
+            return True
+        return self.user is not None and not self.authenticated
 
 
 def known_token(i: int) -> tuple[str, str]:

@@ -47,6 +47,8 @@ class RunSettings:
     warmup: float = 4.0
     bounds: Bounds = Bounds()
     positive_ttl: float = 5.0
+    # The gateway's default: a refusal from the IdP is cached this long.
+    negative_ttl: float = 30.0
     # Shortened from 120 s: a replica restarted during an IdP outage takes traffic after
     # this, the worst case the default grace only postpones.
     cold_start_grace: float = 5.0
