@@ -113,15 +113,20 @@ def every_kind_config(workdir: Path, redis_url: str) -> dict[str, Any]:
 def scrape_every_kind(workdir: Path) -> str:
     """One scrape of the ops port of a real gateway with every backend kind and Redis."""
     redis = RedisServer(workdir).start()
-    gw = None
     try:
-        gw = start_gateway(every_kind_config(workdir, redis.url), workdir)
+        return scrape(every_kind_config(workdir, redis.url), workdir)
+    finally:
+        redis.stop()
+
+
+def scrape(config: dict[str, Any], workdir: Path) -> str:
+    """One scrape of the ops port of a real gateway started with ``config``."""
+    gw = start_gateway(config, workdir)
+    try:
         port = ops_port(gw.wait_for_log("ops listener", timeout=15))
         return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     finally:
-        if gw is not None:
-            gw.stop()
-        redis.stop()
+        gw.stop()
 
 
 def ops_port(logs: str) -> int:
