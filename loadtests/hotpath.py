@@ -30,6 +30,7 @@ from uvicorn.server import ServerState
 from authn_gateway.config import parse_config
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
 from authn_gateway.observe.logsink import LogSink
+from authn_gateway.review.metrics import ReviewMetrics
 from authn_gateway.review.prerejection import prerejection_reason
 from authn_gateway.review.tokenreview import parse_review, render_verdict
 from authn_gateway.serve.app import GatewayApp
@@ -250,7 +251,7 @@ async def main(profile: str | None, calls: int = N) -> None:
         (
             "    metrics (counter + histogram)",
             timed(
-                lambda: gateway.metrics.review(
+                lambda: gateway.metrics.group(ReviewMetrics).review(
                     "authentication.k8s.io/v1", "idp", "authenticated", 1e-4
                 )
             ),

@@ -28,6 +28,7 @@ from authn_gateway.config import RedisSettings, parse_config
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker import Breaker, LocalProbePermits
 from authn_gateway.layers.cache.memory import MemoryStore
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.cache.policy import CacheEntry
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.review.stores import RedisStores
@@ -688,7 +689,7 @@ async def test_redis_takes_a_bounded_number_of_refusals_and_every_identity(
         # Two identities and five refusals; refusals live a minute at most in Redis.
         assert len(ttls) == 7
         assert sorted(ttls.values())[:5] == [60] * 5
-        assert metrics.cache_negatives_unshared._value.get() == 15
+        assert metrics.group(CacheMetrics).negatives_unshared._value.get() == 15
         for key in (b"a" * 32, b"b" * 32):
             shared = await store.get_shared(key)
             assert shared is not None and shared.positive
@@ -705,7 +706,7 @@ async def test_redis_takes_no_more_of_one_user_than_the_per_user_bound(
             await store.put(i.to_bytes(32, "big"), cached(Authenticated(UserInfo("m")), ttl=600))
         ttls = await redis_cache_ttls(redis_server, prefix)
         assert len(ttls) == 1 + 3  # alice, and the first three of m's
-        assert metrics.cache_user_capped._value.get() == 17
+        assert metrics.group(CacheMetrics).user_capped._value.get() == 17
         shared = await store.get_shared(b"a" * 32)
         assert shared is not None and shared.positive
 

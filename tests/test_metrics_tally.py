@@ -1,24 +1,26 @@
-"""The per-review counts kept as plain integers (metrics.py ``ReviewTally``,
-``LookupTally``) export what prometheus_client's own counters would: the same names,
-types, labels and values, sampled at scrape time."""
+"""The per-review counts kept as plain integers (review/metrics.py ``ReviewTally``,
+layers/cache/metrics.py ``LookupTally``) export what prometheus_client's own counters
+would: the same names, types, labels and values, sampled at scrape time."""
 
 from __future__ import annotations
 
 from prometheus_client import generate_latest
 
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.observe.metrics import Metrics
 from tests.support.procs import metric_value
 
 
 def test_cache_lookups_are_exported_as_a_counter_per_backend_and_result() -> None:
     metrics = Metrics()
-    hit = metrics.cache_counter("idp", "hit")
-    assert metrics.cache_counter("idp", "hit") is hit  # one count, kept across reloads
-    metrics.cache_counter("idp", "miss")  # made at start-up: exported as 0
+    cache = metrics.group(CacheMetrics)
+    hit = cache.counter("idp", "hit")
+    assert cache.counter("idp", "hit") is hit  # one count, kept across reloads
+    cache.counter("idp", "miss")  # made at start-up: exported as 0
     for _ in range(3):
         hit.inc()
-    metrics.cache("ldap", "negative_hit")
-    metrics.stale_served("idp", 12.5)
+    cache.lookup("ldap", "negative_hit")
+    cache.stale_served("idp", 12.5)
     text = generate_latest(metrics.registry).decode()
     assert "# TYPE authn_gateway_cache_lookups_total counter" in text
     name = "authn_gateway_cache_lookups_total"

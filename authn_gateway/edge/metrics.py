@@ -1,26 +1,39 @@
 """The HTTP edge's metrics: connections, cut-offs, TLS handshakes and certificate expiry.
 
-The edge outlives config reloads (each reload builds a new gateway with a new
-registry), so its counts live in :class:`~.limits.EdgeStats` and this collector, added
-to every gateway's registry, reads them at scrape time.
+The edge's counts live in :class:`~.limits.EdgeStats`, kept by the listeners, which
+outlive config reloads; :class:`EdgeCollector` reads them at scrape time. The server
+hands its listeners to the registry's :class:`EdgeMetrics` group once it has them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from authn_gateway.edge.limits import EdgeLimits
 from authn_gateway.edge.tls import ServerTLS
-from authn_gateway.observe.metrics import PREFIX
+from authn_gateway.observe.metrics import PREFIX, MetricsGroup
+
+
+class EdgeMetrics(MetricsGroup):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.collector = EdgeCollector()
+        registry.register(self.collector)
+
+    def watch(self, listeners: dict[str, EdgeLimits], tls: ServerTLS | None) -> None:
+        """Export these listeners' counts and ``tls``'s certificates from now on."""
+        self.collector.listeners = listeners
+        self.collector.tls = tls
 
 
 class EdgeCollector(Collector):
-    def __init__(self, listeners: dict[str, EdgeLimits], tls: ServerTLS | None) -> None:
-        self.listeners = listeners
-        self.tls = tls
+    def __init__(self) -> None:
+        self.listeners: dict[str, EdgeLimits] = {}
+        self.tls: ServerTLS | None = None
 
     def collect(self) -> Iterator[Metric]:
         open_ = GaugeMetricFamily(

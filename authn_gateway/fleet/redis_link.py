@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from authn_gateway.config import RedisSettings
+from authn_gateway.fleet.metrics import FleetMetrics
 from authn_gateway.observe.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class RedisLink:
         self.settings = settings
         self.prefix = settings.key_prefix
         self.client = client if client is not None else make_client(settings)
-        self._metrics = metrics
+        self._metrics = metrics.group(FleetMetrics)
         self._timeout = settings.timeout_seconds
         self.shared = True
         self._recovery: asyncio.Task[None] | None = None
@@ -93,7 +94,7 @@ class RedisLink:
         self.local_since = time.monotonic()
         self._set_mode_metric()
         # Exported at 0 from the start, so that the first switch is an increase.
-        self._switched = {mode: metrics.redis_mode_changes.labels(mode) for mode in MODES}
+        self._switched = {mode: self._metrics.redis_mode_changes.labels(mode) for mode in MODES}
 
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -111,7 +112,7 @@ class RedisLink:
             async with asyncio.timeout(self._timeout):
                 result = await call(self.client)
         except (RedisError, OSError, TimeoutError) as exc:
-            self._metrics.redis_errors.labels(op).inc()
+            self._metrics.child(self._metrics.redis_errors, op).inc()
             self._slow_in_a_row += 1
             slow = isinstance(exc, TimeoutError | RedisTimeoutError)
             # A busy Redis answers late now and then: that call uses local state, but
@@ -121,7 +122,7 @@ class RedisLink:
                 self._fall_back(op, exc)
             raise RedisDown from None
         self._slow_in_a_row = 0
-        self._metrics.redis_latency.labels(op).observe(time.perf_counter() - started)
+        self._metrics.child(self._metrics.redis_latency, op).observe(time.perf_counter() - started)
         return result
 
     async def script(self, op: str, source: str, keys: list[str], args: list[Any]) -> Any:

@@ -25,7 +25,9 @@ import asyncio
 from collections.abc import Mapping
 
 from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.bucket.metrics import LimiterMetrics
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.metrics import ReviewMetrics
 from authn_gateway.review.prerejection import prerejection_reason
 from authn_gateway.review.routing import Route, Router
 from authn_gateway.review.stack import BackendStack
@@ -57,7 +59,8 @@ class Pipeline:
         self.inbound = inbound
         self.deadline = deadline
         self.reject_service_accounts = reject_service_accounts
-        self.metrics = metrics
+        self.metrics = metrics.group(ReviewMetrics)
+        self.limiters = metrics.group(LimiterMetrics)
         self.deny_list = deny_list
         self.hasher = hasher or TokenHasher(None)
 
@@ -82,7 +85,7 @@ class Pipeline:
         return self._denied_user(await target.review(review))
 
     def _inbound_refused(self) -> None:
-        self.metrics.limiter_refusal("inbound", GATEWAY)
+        self.limiters.refusal("inbound", GATEWAY)
 
     def _route(self, token: str) -> Route[Authenticator] | Verdict:
         """The route to the token's target, or the local refusal (counted)."""
@@ -95,7 +98,7 @@ class Pipeline:
         # The token id is the one the review log shows: of the token as received, under
         # the current secret or a previous one (a denial made before a rotation).
         if deny is not None and deny.denies_token(lambda: self.hasher.token_ids(token)):
-            self.metrics.deny_hits.labels("token").inc()
+            self.metrics.deny_hit("token")
             return Verdict(Rejected(DENIED), GATEWAY)
 
         route = self.router.route(token)
@@ -120,5 +123,5 @@ class Pipeline:
         else:
             return verdict
         # Whatever the IdP or the cache said. The logs name whom it refused.
-        self.metrics.deny_hits.labels(kind).inc()
+        self.metrics.deny_hit(kind)
         return Verdict(Rejected(DENIED, username=user.username), verdict.backend)

@@ -15,16 +15,19 @@ from authn_gateway.config import GatewayConfig
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker.gate import CallGate
 from authn_gateway.layers.breaker.layer import BreakerLayer, OpenBreakerLayer
+from authn_gateway.layers.breaker.metrics import BreakerMetrics
 from authn_gateway.layers.breaker.override import Override
 from authn_gateway.layers.breaker.rates import FailureRate, SlowCalls
 from authn_gateway.layers.bucket.gcra import TokenBucket
 from authn_gateway.layers.bucket.layer import BudgetLayer
 from authn_gateway.layers.cache.layer import CacheLayer
 from authn_gateway.layers.cache.policy import ReviewCache
+from authn_gateway.layers.coalesce.metrics import CoalesceMetrics
 from authn_gateway.layers.concurrency.layer import ConcurrencyLayer
+from authn_gateway.layers.concurrency.metrics import ConcurrencyMetrics
 from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority
 from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
-from authn_gateway.layers.deadline import DeadlineLayer
+from authn_gateway.layers.deadline.layer import DeadlineLayer
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.review.carryover import cache_namespace
 from authn_gateway.review.prerejection import TokenRulesFilter
@@ -117,6 +120,7 @@ def fleet_breaker(settings: BackendSettings, stores: Stores, metrics: Metrics) -
     """The backend's breaker: in this process, or the fleet's in Redis (fleet/stores.py)."""
     s, name = settings.breaker, settings.name
     rate, slow = s.failure_rate, s.slow_calls
+    breakers = metrics.group(BreakerMetrics)
     breaker = stores.breaker(
         BreakerSpec(
             name,
@@ -124,7 +128,7 @@ def fleet_breaker(settings: BackendSettings, stores: Stores, metrics: Metrics) -
             # A probe's permit and an in-flight slot outlive their call by a margin, then
             # free themselves.
             slot_ttl=settings.timeouts.total_seconds + 1,
-            on_transition=metrics.breaker_transition,
+            on_transition=breakers.transition,
             failure_rate=(
                 FailureRate(rate.threshold, rate.window_seconds, rate.min_calls) if rate else None
             ),
@@ -138,8 +142,8 @@ def fleet_breaker(settings: BackendSettings, stores: Stores, metrics: Metrics) -
             ),
         )
     )
-    metrics.set_breaker_state(name, breaker.state)
-    metrics.set_override(name, breaker.forced())
+    breakers.set_state(name, breaker.state)
+    breakers.set_override(name, breaker.forced())
     return breaker
 
 
@@ -168,7 +172,7 @@ def concurrency_limiter(
             )
         )
     )
-    metrics.watch_concurrency(
+    metrics.group(ConcurrencyMetrics).watch(
         settings.name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
     )
     return limiter
@@ -182,10 +186,11 @@ def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
     s = ctx.settings
     cache = ctx.config.cache_for(s)
     limiter = ctx.parts.limiter
+    waiters = ctx.metrics.group(CoalesceMetrics).waiters
     return CacheLayer(
         inner,
         ReviewCache(cache, ctx.stores.cache_store()),
-        ctx.stores.coalescer(name, deadline, ctx.metrics.coalesced.labels(name).inc),
+        ctx.stores.coalescer(name, deadline, waiters.labels(name).inc),
         ctx.hasher,
         ctx.metrics,
         # Known users are answered stale while their refresh waits for a slot.

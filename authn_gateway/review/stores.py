@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from authn_gateway.config import DenyListSettings, RedisSettings
 from authn_gateway.fleet.fleet_size import FleetSize, share_of
+from authn_gateway.fleet.metrics import FleetMetrics
 from authn_gateway.fleet.redis_link import REPLICA_ID, RedisLink
 from authn_gateway.fleet.shared_blobs import RedisSharedBlobs
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker.gate import CallGate, replica_view
 from authn_gateway.layers.breaker.machine import Breaker
 from authn_gateway.layers.breaker.memory import LocalProbePermits, MemoryOverrides
+from authn_gateway.layers.breaker.metrics import BreakerMetrics
 from authn_gateway.layers.breaker.override import Overrides
 from authn_gateway.layers.breaker.rates import FailureRate, SlowCalls
 from authn_gateway.layers.breaker.redis import FleetBreaker
@@ -29,6 +31,7 @@ from authn_gateway.layers.bucket.gcra import BucketStore
 from authn_gateway.layers.bucket.memory import MemoryBucketStore
 from authn_gateway.layers.bucket.redis import RedisBucketStore
 from authn_gateway.layers.cache.memory import MemoryStore
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.cache.policy import CacheStore
 from authn_gateway.layers.cache.redis import EntryCodec, TieredCacheStore
 from authn_gateway.layers.coalesce import Coalescer
@@ -189,7 +192,7 @@ class RedisStores:
                 max_entries,
                 max_negative_entries,
                 max_entries_per_user=max_entries_per_user,
-                on_user_capped=metrics.cache_user_capped.inc,
+                on_user_capped=metrics.group(CacheMetrics).user_capped.inc,
             ),
             self.link,
             EntryCodec(hasher),
@@ -200,8 +203,9 @@ class RedisStores:
         )
         # While Redis is down each replica runs on 1/share of the fleet's bounds.
         self._fleet_size = FleetSize(self.link, settings.expected_replicas, self._reshare)
-        self._fleet_size.on_change(metrics.fleet_share.set)
-        metrics.fleet_share.set(self._fleet_size.share)
+        fleet_share = metrics.group(FleetMetrics).fleet_share
+        self._fleet_size.on_change(fleet_share.set)
+        fleet_share.set(self._fleet_size.share)
         self._local_breakers: dict[str, tuple[BackendSettings, Breaker]] = {}
         self._buckets = RedisBucketStore(
             self.link, lambda: self._fleet_size.share, self._background.spawn
@@ -211,7 +215,7 @@ class RedisStores:
             self.link,
             settings.breaker_sync_seconds,
             settings.retry_seconds,
-            metrics.breaker_propagation.observe,
+            metrics.group(BreakerMetrics).propagation.observe,
             self._overrides,
         )
 

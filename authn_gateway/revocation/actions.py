@@ -17,6 +17,7 @@ from authn_gateway.observe.metrics import Metrics
 from authn_gateway.revocation.bus import Bus, Event
 from authn_gateway.revocation.denylist import DenyList
 from authn_gateway.revocation.eviction import Evicted, Evictor
+from authn_gateway.revocation.metrics import RevocationMetrics
 from authn_gateway.revocation.subject import Subject
 from authn_gateway.tasks import STOP_PATIENCE, cancel_and_wait
 
@@ -44,7 +45,7 @@ class Revocations:
         self.origin = origin
         self.sync_seconds = sync_seconds
         self._on_action = on_action
-        self._metrics = metrics
+        self._metrics = metrics.group(RevocationMetrics) if metrics is not None else None
         self._sync: asyncio.Task[None] | None = None
         bus.subscribe(self._received)
 

@@ -37,6 +37,7 @@ from authn_gateway.edge.callerauth import bearer_token
 from authn_gateway.edge.ratelog import RateLimitedLog
 from authn_gateway.layers.bucket.gcra import EPSILON, gcra
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.serve.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class AdminGuard:
         expected = token.get_secret_value().strip().encode()
         # The config refuses empty and weak tokens (StrongSecret); never compare with one.
         self._expected = expected or None
-        self._failures = metrics.admin_auth_failures
+        self._failures = metrics.group(ServeMetrics).admin_auth_failures
         self._clock = clock
         self._max_sources = max_sources
         self._sources: dict[str, _Record] = {}

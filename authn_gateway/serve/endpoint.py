@@ -23,6 +23,7 @@ from authn_gateway.kube_status import render_error
 from authn_gateway.observe.audit import AuditLog
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.reviewlog import ReviewLog
+from authn_gateway.review.metrics import ReviewMetrics
 from authn_gateway.review.pipeline import GATEWAY
 from authn_gateway.review.tokenreview import (
     Answer,
@@ -32,6 +33,7 @@ from authn_gateway.review.tokenreview import (
     render_verdict,
 )
 from authn_gateway.serve.gateway import Gateway
+from authn_gateway.serve.metrics import ServeMetrics
 from backends.base import Authenticated, Verdict
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,9 @@ class ReviewEndpoint:
         self.pipeline = gateway.pipeline
         self.markers = gateway.markers
         self.metrics = gateway.metrics
+        self.serving = gateway.metrics.group(ServeMetrics)
+        # Bound once: this counts every review.
+        self.count_review = gateway.metrics.group(ReviewMetrics).review
         self.max_body = gateway.config.server.max_body_bytes
         self.review_log = review_log
         self.callers = CallerAuth(gateway.config.server)
@@ -263,7 +268,7 @@ class ReviewEndpoint:
     def _refused(
         self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
     ) -> Reply:
-        self.metrics.bad_requests.labels(str(status)).inc()
+        self.serving.bad_request(status)
         return Reply(status, render_error(status, message), headers or [])
 
     def _answer(
@@ -273,7 +278,7 @@ class ReviewEndpoint:
         outcome = verdict.outcome
         body, answer = self._render(review.api_version, verdict)
         elapsed = time.perf_counter() - started
-        self.metrics.review(review.api_version, verdict.backend, answer, elapsed)
+        self.count_review(review.api_version, verdict.backend, answer, elapsed)
         if self.review_log is None and self.audit_log is None:
             return body
         token_id = self.gateway.hasher.token_id(review.token)

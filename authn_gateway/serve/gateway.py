@@ -7,14 +7,23 @@ import os
 from collections.abc import Sequence
 
 from authn_gateway.config import SECRET_ENV, ConfigError, GatewayConfig
+from authn_gateway.edge.metrics import EdgeMetrics
+from authn_gateway.fleet.metrics import FleetMetrics
 from authn_gateway.fleet.redis_link import REPLICA_ID
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker.memory import MemoryOverrides
+from authn_gateway.layers.breaker.metrics import BreakerMetrics
 from authn_gateway.layers.bucket.memory import InboundLimiter
-from authn_gateway.observe.metrics import Metrics
+from authn_gateway.layers.bucket.metrics import LimiterMetrics
+from authn_gateway.layers.cache.metrics import CacheMetrics
+from authn_gateway.layers.coalesce.metrics import CoalesceMetrics
+from authn_gateway.layers.concurrency.metrics import ConcurrencyMetrics
+from authn_gateway.layers.deadline.metrics import CallMetrics
+from authn_gateway.observe.metrics import Metrics, MetricsGroup
 from authn_gateway.observe.readiness import ReadinessGate
 from authn_gateway.review.carryover import identity_fingerprint
 from authn_gateway.review.markers import Markers
+from authn_gateway.review.metrics import ReviewMetrics
 from authn_gateway.review.pipeline import Pipeline
 from authn_gateway.review.routing import Audiences, PrefixRule, Router, chain_of
 from authn_gateway.review.stack import BackendStack, build_stack, outbound_bucket
@@ -22,10 +31,29 @@ from authn_gateway.review.stores import MemoryStores, Stores
 from authn_gateway.revocation.actions import Revocations
 from authn_gateway.revocation.denylist import DenyList
 from authn_gateway.revocation.eviction import Evictor
+from authn_gateway.revocation.metrics import RevocationMetrics
+from authn_gateway.serve.metrics import ServeMetrics
 from backends.base import Authenticator, Backend, BackendConfigError
 from backends.budget import UNLIMITED, CallBudget
 
 log = logging.getLogger(__name__)
+
+#: Every part's metrics (each declared beside its part). A gateway builds them all
+#: whatever its config, so the families it exports, and the zeros of those without
+#: labels, do not come and go with Redis, a breaker or a concurrency limit.
+METRICS_GROUPS: tuple[type[MetricsGroup], ...] = (
+    ReviewMetrics,
+    ServeMetrics,
+    EdgeMetrics,
+    CacheMetrics,
+    CoalesceMetrics,
+    BreakerMetrics,
+    ConcurrencyMetrics,
+    LimiterMetrics,
+    CallMetrics,
+    FleetMetrics,
+    RevocationMetrics,
+)
 
 
 def gateway_secret(config: GatewayConfig) -> bytes | None:
@@ -96,6 +124,8 @@ class Gateway:
     ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
+        for group in METRICS_GROUPS:
+            self.metrics.group(group)  # once per registry: a reload's are there already
         carried = _can_carry(previous, config) if stores is None else False
         self.hasher: TokenHasher
         self.stores: Stores
@@ -172,7 +202,7 @@ class Gateway:
                 cache.max_entries,
                 cache.max_negative_entries,
                 cache.max_entries_per_user,
-                self.metrics.cache_user_capped.inc,
+                self.metrics.group(CacheMetrics).user_capped.inc,
             )
         from authn_gateway.review.stores import RedisStores
 
@@ -233,13 +263,15 @@ class Gateway:
                 # Set once this config serves (a reload refused in start() leaves the old
                 # value): the stale-limit alert compares the time since a success with it.
                 cache = self.config.cache_for(settings)
-                self.metrics.set_max_stale(settings.name, cache.max_stale_seconds)
+                self.metrics.group(CacheMetrics).set_max_stale(
+                    settings.name, cache.max_stale_seconds
+                )
         self.ready = True
 
     def _export_key_ids(self) -> None:
         """authn_gateway_secret_info: which secret this replica writes with and which it
         still reads; two current key ids in one fleet are two caches (an alert)."""
-        info = self.metrics.secret_info
+        info = self.metrics.group(FleetMetrics).secret_info
         info.clear()
         if self.hasher.secret_is_random:
             return  # per process, shared with nobody: nothing to compare

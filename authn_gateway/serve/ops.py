@@ -15,7 +15,9 @@ from starlette.routing import Route
 from authn_gateway.fleet.redis_link import REPLICA_ID
 from authn_gateway.kube_status import render_error
 from authn_gateway.layers.breaker.gate import CallGate, replica_view
+from authn_gateway.layers.breaker.metrics import BreakerMetrics
 from authn_gateway.layers.breaker.override import Override
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.observe.audit import AuditLog
 from authn_gateway.serve.admin_api import (
     BadRequest,
@@ -45,12 +47,13 @@ def ops_app(gateway: Gateway, audit_log: AuditLog | None = None) -> Starlette:
         return PlainTextResponse("ready")
 
     async def metrics(_: Request) -> Response:
-        gateway.metrics.cache_entries.set(len(gateway.stores.cache_store()))
+        gateway.metrics.group(CacheMetrics).entries.set(len(gateway.stores.cache_store()))
+        breakers = gateway.metrics.group(BreakerMetrics)
         for name, stack in gateway.pipeline.backends.items():
             if stack.breaker is not None:
                 # At scrape time: an override ends by expiring, with no event to count.
-                gateway.metrics.set_breaker_state(name, stack.breaker.state)
-                gateway.metrics.set_override(name, stack.breaker.forced())
+                breakers.set_state(name, stack.breaker.state)
+                breakers.set_override(name, stack.breaker.forced())
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
@@ -138,7 +141,7 @@ def admin_routes(
             name, ACTIONS[action], seconds, f"{operator or 'admin'}@{caller}"
         )
         if gate.state != previous:
-            gateway.metrics.breaker_transition(name, previous, gate.state)
+            gateway.metrics.group(BreakerMetrics).transition(name, previous, gate.state)
         forced = gate.forced()
         answer: dict[str, Any] = {
             "backend": name,

@@ -28,7 +28,7 @@ import uvloop
 from authn_gateway.config import ConfigError, GatewayConfig
 from authn_gateway.edge import EdgeLimits, GatewayHttpProtocol
 from authn_gateway.edge.callerauth import CERT_NAMES_KEY
-from authn_gateway.edge.metrics import EdgeCollector
+from authn_gateway.edge.metrics import EdgeMetrics
 from authn_gateway.edge.pinned import TESTED_UVICORN_MINORS, untested_uvicorn
 from authn_gateway.edge.tls import ServerTLS, TLSError
 from authn_gateway.kube_status import render_error
@@ -227,9 +227,8 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     )
     if s.ops is not None:
         listeners["ops"] = ops_edge
-    collector = EdgeCollector(listeners, tls)
     gateway = Gateway(config, source=str(source or "<embedded default.yaml>"))
-    gateway.metrics.registry.register(collector)
+    gateway.metrics.group(EdgeMetrics).watch(listeners, tls)
     app = GatewayApp(gateway)
 
     def report_error(exc: BaseException) -> None:

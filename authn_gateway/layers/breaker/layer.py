@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from authn_gateway.layers.base import Layer
 from authn_gateway.layers.breaker.gate import BUSY, CallGate
+from authn_gateway.layers.breaker.metrics import BreakerMetrics
+from authn_gateway.layers.bucket.metrics import LimiterMetrics
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Unavailable, Verdict
 from backends.context import ReviewContext
@@ -23,7 +25,8 @@ class BreakerLayer(Layer):
     def __init__(self, inner: Authenticator, breaker: CallGate, metrics: Metrics) -> None:
         super().__init__(inner)
         self.breaker = breaker
-        self.metrics = metrics
+        self.breakers = metrics.group(BreakerMetrics)
+        self.limiters = metrics.group(LimiterMetrics)
 
     async def review(self, review: ReviewContext) -> Verdict:
         breaker = self.breaker
@@ -31,7 +34,7 @@ class BreakerLayer(Layer):
         if ticket is None:
             return Verdict(_OPEN, self.name)
         if ticket is BUSY:
-            self.metrics.limiter_refusal("in_flight", self.name)
+            self.limiters.refusal("in_flight", self.name)
             return Verdict(_BUSY, self.name)
         verdict = await self.inner.review(review)
         outcome = verdict.outcome
@@ -42,7 +45,7 @@ class BreakerLayer(Layer):
         breaker.record(ticket, outcome, seconds)
         threshold = breaker.slow_threshold
         if threshold is not None and seconds is not None and seconds >= threshold:
-            self.metrics.slow_call(self.name)
+            self.breakers.slow_call(self.name)
         if isinstance(outcome, Unavailable) and outcome.retry_after:
             # The IdP told us when to come back; no call before then, from any path.
             breaker.hold_open(outcome.retry_after)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from authn_gateway.layers.base import Layer
 from authn_gateway.layers.bucket.gcra import TokenBucket
+from authn_gateway.layers.bucket.metrics import LimiterMetrics
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Verdict
 from backends.context import ReviewContext
@@ -20,10 +21,10 @@ class BudgetLayer(Layer):
         super().__init__(inner)
         self.bucket = bucket
         self.max_wait = max_wait
-        self.metrics = metrics
+        self.limiters = metrics.group(LimiterMetrics)
 
     async def review(self, review: ReviewContext) -> Verdict:
         if not await self.bucket.acquire(self.max_wait):
-            self.metrics.limiter_refusal("outbound", self.name)
+            self.limiters.refusal("outbound", self.name)
             return Verdict(_REFUSED, self.name)
         return await self.inner.review(review)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from authn_gateway.eager import in_a_task
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.base import Layer
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.cache.policy import CacheEntry, PreviousKeys, ReviewCache
 from authn_gateway.layers.coalesce import Coalescer
 from authn_gateway.layers.concurrency.layer import SATURATED
@@ -61,12 +62,12 @@ class CacheLayer(Layer):
         self.cache = cache
         self.coalescer = coalescer
         self.hasher = hasher
-        self.metrics = metrics
+        self.metrics = metrics.group(CacheMetrics)
         self.clock = clock
         # Resolved once: these count every review.
-        self._hit = metrics.cache_counter(self.name, "hit")
-        self._negative_hit = metrics.cache_counter(self.name, "negative_hit")
-        self._miss = metrics.cache_counter(self.name, "miss")
+        self._hit = self.metrics.counter(self.name, "hit")
+        self._negative_hit = self.metrics.counter(self.name, "negative_hit")
+        self._miss = self.metrics.counter(self.name, "miss")
 
     async def review(self, review: ReviewContext) -> Verdict:
         token, audiences = review.token, review.audiences

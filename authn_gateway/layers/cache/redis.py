@@ -49,6 +49,7 @@ from authn_gateway.fleet.sealing import (
 )
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.cache.memory import MemoryStore
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.cache.policy import CacheEntry, PreviousKeys
 from authn_gateway.layers.cache.repair import SharedTierRepair
 from authn_gateway.observe.metrics import Metrics
@@ -146,7 +147,7 @@ class TieredCacheStore:
         self._max_negative = max_negative_entries
         self._link = link
         self._codec = codec
-        self._metrics = metrics
+        self._metrics = metrics.group(CacheMetrics)
         self._clock = clock
         self._reads: SingleFlight[CacheEntry | None] = SingleFlight()
         self._repair = SharedTierRepair(
@@ -163,8 +164,8 @@ class TieredCacheStore:
         # Subject key -> when this replica last evicted it (time.monotonic()), for reads
         # that were on their way meanwhile (EVICTIONS_KEPT_SECONDS).
         self._evictions: dict[str, float] = {}
-        self._previous_found = metrics.cache_previous_key_lookups.labels("found")
-        self._previous_missing = metrics.cache_previous_key_lookups.labels("missing")
+        self._previous_found = self._metrics.previous_key_lookups.labels("found")
+        self._previous_missing = self._metrics.previous_key_lookups.labels("missing")
 
     def __len__(self) -> int:
         return len(self._local)
@@ -242,7 +243,7 @@ class TieredCacheStore:
             return None
         entry = self._codec.decode(key, raw, found_by)
         if entry is None:
-            self._metrics.cache_tampered_entries.inc()
+            self._metrics.tampered_entries.inc()
             key_id = document_key_id(raw)
             log.warning(
                 "redis: ignored a cache entry that fails its signature check (key %s%s)",
@@ -267,7 +268,7 @@ class TieredCacheStore:
             # stay local, so one account cannot fill Redis (maxmemory) either.
             return
         if not entry.positive and not await self._negative_budget(now):
-            self._metrics.cache_negatives_unshared.inc()
+            self._metrics.negatives_unshared.inc()
             return
         # If Redis is down the local tier has it; other replicas ask the IdP themselves.
         await self._link.best_effort(

@@ -38,6 +38,7 @@ from typing import Any
 
 from authn_gateway.fleet.redis_link import RedisLink
 from authn_gateway.layers.cache.memory import MemoryStore
+from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.cache.policy import CacheEntry
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.tasks import STOP_PATIENCE, Background, cancel_and_wait
@@ -73,7 +74,7 @@ class SharedTierRepair:
         self._link = link
         self._write = write
         self._redis_key = redis_key
-        self._metrics = metrics
+        self._metrics = metrics.group(CacheMetrics)
         self._clock = clock
         self._rate = per_second
         self._count_every = count_every_seconds
@@ -87,9 +88,9 @@ class SharedTierRepair:
         self._repairing: set[bytes] = set()
         self._repair_second = 0
         self._repairs_this_second = 0
-        self._written_back = metrics.cache_written_back.labels("written")
-        self._kept = metrics.cache_written_back.labels("kept")
-        self._repaired = metrics.cache_written_back.labels("repaired")
+        self._written_back = self._metrics.written_back.labels("written")
+        self._kept = self._metrics.written_back.labels("kept")
+        self._repaired = self._metrics.written_back.labels("repaired")
         link.on_resume(self._resumed)
 
     # ---- read-repair ----
@@ -201,7 +202,7 @@ class SharedTierRepair:
         if counted is None:
             return None
         n, seen = counted
-        self._metrics.shared_cache_identities.set(n)
+        self._metrics.shared_identities.set(n)
         self._noticed(seen, notice_emptied)
         return n
 

@@ -18,6 +18,7 @@ queued behind never-seen tokens held its review for seconds.
 from __future__ import annotations
 
 from authn_gateway.layers.base import Layer
+from authn_gateway.layers.concurrency.metrics import ConcurrencyMetrics
 from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority, Refusal, Slot
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Unavailable, Verdict
@@ -30,7 +31,7 @@ class ConcurrencyLayer(Layer):
     def __init__(self, inner: Authenticator, limiter: ConcurrencyLimiter, metrics: Metrics) -> None:
         super().__init__(inner)
         self.limiter = limiter
-        self.metrics = metrics
+        self.metrics = metrics.group(ConcurrencyMetrics)
 
     async def review(self, review: ReviewContext) -> Verdict:
         priority = Priority.HAS_FALLBACK if review.has_fallback else Priority.NO_FALLBACK
@@ -41,7 +42,7 @@ class ConcurrencyLayer(Layer):
         else:
             return Verdict(SATURATED, self.name)  # not counted: the refresh it queues is
         if isinstance(slot, Refusal):
-            self.metrics.concurrency_refusal(self.name, slot.value)
+            self.metrics.refusal(self.name, slot.value)
             return Verdict(SATURATED, self.name)
         self.metrics.slot_waited(self.name, slot.waited)
         try:

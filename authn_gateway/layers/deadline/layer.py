@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from authn_gateway.eager import in_a_task
 from authn_gateway.layers.base import Layer
+from authn_gateway.layers.deadline.metrics import CallMetrics
 from authn_gateway.observe import looplag
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.metrics import Metrics
@@ -41,6 +42,7 @@ class DeadlineLayer(Layer):
         super().__init__(inner)
         self.seconds = seconds
         self.metrics = metrics
+        self.calls = metrics.group(CallMetrics)
 
     async def review(self, review: ReviewContext) -> Verdict:
         await in_a_task()  # a call is never answered at once (asyncio.timeout needs a task)
@@ -72,14 +74,14 @@ class DeadlineLayer(Layer):
             and ours >= seconds / 2
         ):
             outcome = OwnDelay(f"{outcome.reason} (the gateway itself was slow)", timed_out=True)
-            self.metrics.own_timeout(self.name)
-        self.metrics.backend_outcome(self.name, outcome, seconds)
-        self.metrics.own_delay(self.name, ours)
+            self.calls.own_timeout(self.name)
+        self.calls.outcome(self.name, outcome, seconds)
+        self.calls.own_delay(self.name, ours)
         verdict = replace(
             verdict, outcome=outcome, call_seconds=idp - unread, unread_seconds=unread
         )
         if isinstance(outcome, Unavailable) and outcome.misconfigured:
-            self.metrics.misconfigured(self.name)
+            self.calls.misconfigured(self.name)
             log.error("backend %s: configuration problem: %s", self.name, outcome.reason)
         return verdict
 
