@@ -19,7 +19,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer

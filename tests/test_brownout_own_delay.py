@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value, review_body
 

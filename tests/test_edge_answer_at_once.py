@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value, review_body, start_gateway
 from tests.test_edge import Reader, request

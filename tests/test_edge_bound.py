@@ -23,7 +23,7 @@ import pytest
 
 from loadtests.pipeflood import CALLER_TOKEN, FLOODS, ops_port
 from loadtests.pipeflood import config as flood_config
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.flood import flood, rss_kib
 from tests.support.pki import issue, make_ca

@@ -18,8 +18,8 @@ from authn_gateway.layers.cache import CacheEntry
 from authn_gateway.layers.cache.redis import EntryCodec
 from authn_gateway.review.carryover import cache_namespace
 from backends.base import Authenticated, UserInfo
-from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer

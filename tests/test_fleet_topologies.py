@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess
 from tests.support.redis_server import RedisClusterNodes, RedisSentinel, RedisServer

@@ -45,8 +45,8 @@ from backends.base import (
 from backends.context import WireTime
 from backends.ldap import Credentials, LDAPBackend, LDAPSettings
 from backends.userinfo import UserinfoBackend, UserinfoSettings
-from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.gitlab import FakeGitLab
 from tests.support.fakes.idp import FakeIdP
 from tests.support.fakes.keystone import FakeKeystone, mint_token

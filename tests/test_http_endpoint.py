@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import V1, V1BETA1, GatewayProcess, metric_value, start_gateway
 

@@ -26,7 +26,7 @@ from loadtests.locustfile import (
     service_account_jwt,
 )
 from loadtests.run import start_passthrough
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.fakes.keystone import FakeKeystone, mint_token
 

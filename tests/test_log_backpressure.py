@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import free_port, metric_value, review_body, wait_for_port
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.fakes.keystone import (
     DEFAULT_SERVICE_PASSWORD,

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess
 

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import userinfo_backend
 from tests.support import loadclient
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 

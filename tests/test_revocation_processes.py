@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from backends.base import CREDENTIAL_ID_KEY
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.fakes.issuer import FakeIssuer
 from tests.support.procs import GatewayProcess, metric_value, start_gateway

@@ -18,7 +18,7 @@ import yaml
 
 from authn_gateway.config import ConfigError, parse_config
 from authn_gateway.keyed_hashes import TokenHasher
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer

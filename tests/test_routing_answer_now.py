@@ -21,7 +21,7 @@ from authn_gateway.config import parse_config
 from authn_gateway.eager import Done, run_eagerly
 from authn_gateway.serve.gateway import Gateway
 from backends.base import Authenticated, Rejected, Verdict
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import metric_value, start_gateway
 from tests.test_edge import request

@@ -23,7 +23,7 @@ from authn_gateway.config import GatewayConfig
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.review.carryover import cache_namespace
 from authn_gateway.serve.gateway import Gateway
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisServer

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.conftest import userinfo_backend
+from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
 from tests.support.pki import Issued, issue, make_ca
 from tests.support.procs import (
