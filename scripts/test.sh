@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Sets up everything the test suite needs on a fresh Debian machine, then runs
-# the linters, the type checker and the whole test suite.
+# Sets up everything the test suite needs on a fresh Debian machine, then runs the
+# linters, the type checker and the test suite, tier by tier:
 #
-#   ./scripts/test.sh            # everything
-#   ./scripts/test.sh -k cache   # extra arguments go to pytest (one process, serial)
+#   unit     tests/unit: in process, no servers; under a minute; fails fast (-x)
+#   process  tests/process: real Redis, slapd, Keystone, gateway processes, on loopback
+#   deploy   tests/deploy: what deploy/ and the docs ship (kustomize, promtool, policies)
+#   perf     tests/perf: benchmarks and load tests; saturate both cores, so run alone
 #
-# The whole suite runs on TEST_WORKERS pytest-xdist workers (2: this machine's cores),
-# a test file to a worker, so each file's servers start once. Tests marked
-# "exclusive" saturate both cores on their own (wrk, locust, measurement scripts) and
-# would starve the timing of whatever ran beside them: they run alone, afterwards.
+#   ./scripts/test.sh                  # everything
+#   ./scripts/test.sh tests/unit -k x  # extra arguments go to one pytest run, as given
+#
+# The unit tier runs first and stops the run when it fails. After it, every phase runs
+# even if an earlier one failed, and the script ends with one line per phase and a
+# non-zero exit if any failed. The process and deploy tiers run on TEST_WORKERS
+# pytest-xdist workers (2: this machine's cores), a test file to a worker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,11 +45,43 @@ fi
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[test,loadtest]'
 
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/mypy
 if [ $# -gt 0 ]; then
     exec .venv/bin/pytest -q "$@"
 fi
-.venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile -m "not exclusive"
-.venv/bin/pytest -q -m exclusive
+
+# From here on a failing phase is recorded, not fatal (set +e), except the unit tier.
+set +e
+summary=()
+failed=0
+phase() {  # phase NAME COMMAND...
+    local name=$1; shift
+    local started=$SECONDS
+    echo "==> $name: $*"
+    "$@"
+    local rc=$?
+    local took=$((SECONDS - started))
+    if [ $rc -eq 0 ]; then
+        summary+=("$(printf '%-8s passed  (%ss)' "$name" "$took")")
+    else
+        summary+=("$(printf '%-8s FAILED  (%ss, exit %s)' "$name" "$took" "$rc")")
+        failed=1
+    fi
+    return $rc
+}
+report() {
+    echo
+    echo "==> summary"
+    printf '%s\n' "${summary[@]}"
+}
+
+phase lint sh -c '.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy'
+if ! phase unit .venv/bin/pytest -q -x tests/unit; then
+    summary+=("process, deploy, perf: not run (the unit tier failed)")
+    report
+    exit 1
+fi
+phase process .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile tests/process
+phase deploy .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile tests/deploy
+phase perf .venv/bin/pytest -q tests/perf
+report
+exit $failed

@@ -10,6 +10,9 @@ from hypothesis import HealthCheck, settings
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, start_gateway
 
+# Fixtures shared by tests of several tiers.
+pytest_plugins = ["tests.support.fixtures"]
+
 # Property tests: a fast profile for the suite, a long one by hand
 # (HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_chaos_runner.py). No deadline:
 # the machine is shared, and a slow example is not a failing one.

@@ -1,0 +1,275 @@
+"""One suite for each resilience store, run against its in-memory and its Redis version."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from authn_gateway.config import RedisSettings
+from authn_gateway.fleet.fleet_size import FleetSize
+from authn_gateway.fleet.redis_link import RedisDown
+from authn_gateway.keyed_hashes import TokenHasher
+from authn_gateway.layers.breaker import redis_sync as breaker_sync
+from authn_gateway.layers.breaker.gate import BUSY, CallGate
+from authn_gateway.layers.bucket import BucketStore
+from authn_gateway.layers.cache import CacheEntry, CacheStore
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.stores import BreakerSpec, MemoryStores, RedisStores
+from backends.base import Authenticated, Rejected, Unavailable, UserInfo
+from backends.settings import BreakerSettings, ConcurrencySettings
+from tests.support.redis_server import RedisServer
+from tests.support.stores_helpers import entry
+from tests.support.tasks_helpers import retrying_loop
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+async def fleet_state(server: RedisServer) -> RedisStores:
+    settings = RedisSettings(url=server.url, key_prefix=f"t{time.monotonic_ns()}")
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 1000)
+    await fleet.start()
+    return fleet
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def state(request: pytest.FixtureRequest, redis_server: RedisServer) -> AsyncIterator[Any]:
+    """Each store, in memory and over Redis; the same tests run against both."""
+    if request.param == "memory":
+        yield MemoryStores(1000)
+        return
+    fleet = await fleet_state(redis_server)
+    yield fleet
+    await fleet.close()
+
+
+@pytest.fixture
+async def shared(redis_server: RedisServer) -> AsyncIterator[RedisStores]:
+    """Redis only: behaviour that exists because state outlives a process."""
+    fleet = await fleet_state(redis_server)
+    yield fleet
+    await fleet.close()
+
+
+async def test_cache_round_trips_positive_and_negative_entries(state: Any) -> None:
+    store: CacheStore = state.cache_store()
+    alice = Authenticated(UserInfo("alice", "1", ("g",), {"k": ("v",)}), expires_at=None)
+    await store.put(b"a" * 32, entry(alice))
+    await store.put(b"r" * 32, entry(Rejected("no")))
+    got = await store.get(b"a" * 32)
+    assert got is not None
+    assert got.outcome == alice
+    rejected = await store.get(b"r" * 32)
+    assert rejected is not None
+    assert isinstance(rejected.outcome, Rejected)
+    assert await store.get(b"x" * 32) is None
+
+
+async def test_shared_cache_serves_a_fresh_process(shared: RedisStores) -> None:
+    state = shared
+    await state.cache_store().put(b"k" * 32, entry(Authenticated(UserInfo("bob"))))
+    other = RedisStores(state.settings, TokenHasher(b"k"), Metrics(), 1000)
+    await other.start()
+    try:
+        got = await other.cache_store().get(b"k" * 32)
+        assert got is not None
+        assert got.outcome.user.username == "bob"
+    finally:
+        await other.close()
+
+
+async def test_close_ends_every_task_the_fleet_state_started(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Awaited, not only cancelled: a loop that lost its cancellation (it can come back
+    # from the Redis client as a timeout) would otherwise run on past the shutdown.
+    # The breaker subscriber and the heartbeat are made such loops here.
+    running = [True]
+    monkeypatch.setattr(breaker_sync, "listen", lambda *args: retrying_loop(2, [], running))
+    monkeypatch.setattr(FleetSize, "_run", lambda self: retrying_loop(2, [], running))
+    before = asyncio.all_tasks()
+    settings = RedisSettings(url=redis_server.url, key_prefix=f"t{time.monotonic_ns()}")
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 1000)
+    gate(fleet, "idp")  # a fleet breaker: its subscriber and poll start with the state
+    await fleet.start()
+    started = asyncio.all_tasks() - before
+    assert len(started) >= 3  # breaker subscriber and poll, heartbeat, cache counter
+    await asyncio.sleep(0.05)  # each loop is inside its call
+    await fleet.close()
+    left = [t for t in started if not t.done()]
+    running[0] = False  # the test's own clean-up, should any be left
+    for task in left:
+        task.cancel()
+    assert left == []
+
+
+async def test_redis_keeps_an_identity_until_its_keep_time_not_its_stale_limit(
+    shared: RedisStores,
+) -> None:
+    """So that a max_stale raised later (up to keep_stale_seconds) reaches it."""
+    now = time.time()
+    bob = Authenticated(UserInfo("bob"))
+    await shared.cache_store().put(
+        b"b" * 32, CacheEntry(bob, now + 60, now + 120, "0123456789ab", keep_until=now + 3600)
+    )
+    link = shared.link
+    ttl = await link.client.pttl(link.key("cache", (b"b" * 32).hex()))
+    assert 3500_000 < ttl <= 3600_000
+    index_ttl = await link.client.pttl(link.key("idx", "user", "bob"))
+    assert 3500_000 < index_ttl <= 3600_000
+
+
+async def test_bucket_allows_burst_then_refuses(state: Any) -> None:
+    store: BucketStore = state.bucket_store()
+    answers = [await store.take("bucket:x", 10.0, 3, 0.0) for _ in range(5)]
+    assert [a is not None for a in answers] == [True, True, True, False, False]
+
+
+async def test_bucket_max_wait_reserves_the_next_slot(state: Any) -> None:
+    store: BucketStore = state.bucket_store()
+    assert await store.take("bucket:w", 0.5, 1, 0.0) == 0.0
+    wait = await store.take("bucket:w", 0.5, 1, 1.0)
+    assert wait is not None
+    assert 0.3 < wait <= 0.5
+
+
+def breaker_settings(fail_max: int = 2, probes: int = 1, in_flight: int = 10) -> Any:
+    return SimpleNamespace(
+        breaker=BreakerSettings(
+            fail_max=fail_max, reset_timeout_seconds=0.3, half_open_probes=probes
+        ),
+        concurrency=ConcurrencySettings(
+            max_limit=in_flight,
+            initial_limit=min(in_flight, 20),
+            # In one process the adaptive limit (limit/) holds the ceiling when it is on;
+            # off, the breaker keeps max_limit slots itself.
+            enabled=False,
+        ),
+    )
+
+
+def gate(state: Any, name: str, **kw: Any) -> CallGate:
+    gate: CallGate = state.breaker(BreakerSpec(name, breaker_settings(**kw), 5.0, lambda *a: None))
+    return gate
+
+
+async def settled() -> None:
+    await asyncio.sleep(0.05)  # Redis settles in the background
+
+
+async def until(check: Any, seconds: float = 2.0) -> None:
+    """Wait for ``check()`` a while: a background settle can sit behind a 50 ms gen-2
+    garbage collection, longer than :func:`settled` allows (seen in this suite)."""
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def test_breaker_opens_at_fail_max_then_admits_k_probes(state: Any) -> None:
+    breaker = gate(state, f"b{time.monotonic_ns()}", fail_max=2, probes=2)
+    for _ in range(2):
+        ticket = await breaker.admit()
+        assert ticket is not None and ticket is not BUSY
+        breaker.record(ticket, Unavailable("down"))
+        await settled()
+    assert breaker.state == "open"
+    assert await breaker.admit() is None
+    await asyncio.sleep(0.35)  # reset_timeout
+    probes = [await breaker.admit(), await breaker.admit(), await breaker.admit()]
+    assert [p is not None for p in probes] == [True, True, False]
+    assert probes[0] is not None
+    breaker.record(probes[0], Authenticated(UserInfo("u")))
+    await settled()
+    assert breaker.state == "closed"
+
+
+async def test_a_success_resets_the_failure_count(state: Any) -> None:
+    breaker = gate(state, f"r{time.monotonic_ns()}", fail_max=2)
+    for outcome in (Unavailable("x"), Rejected("bad"), Unavailable("x")):
+        ticket = await breaker.admit()
+        assert ticket is not None
+        breaker.record(ticket, outcome)
+        await settled()
+    assert breaker.state == "closed"
+
+
+async def test_in_flight_ceiling_refuses_past_max_then_frees_on_record(state: Any) -> None:
+    breaker = gate(state, f"c{time.monotonic_ns()}", in_flight=2)
+    first, second = await breaker.admit(), await breaker.admit()
+    assert first is not None and first is not BUSY
+    assert second is not None and second is not BUSY
+    assert await breaker.admit() is BUSY
+    breaker.release(first)
+    await settled()
+    third = await breaker.admit()
+    assert third is not None and third is not BUSY
+
+
+async def test_fleet_failures_are_counted_across_replicas(redis_server: RedisServer) -> None:
+    prefix = f"t{time.monotonic_ns()}"
+    replicas = []
+    for _ in range(3):
+        fleet = RedisStores(
+            RedisSettings(url=redis_server.url, key_prefix=prefix), TokenHasher(b"k"), Metrics(), 10
+        )
+        replicas.append((fleet, gate(fleet, "idp", fail_max=3)))
+        await fleet.start()
+    try:
+        # One failure on each replica: three in a row for the fleet.
+        for _, breaker in replicas:
+            ticket = await breaker.admit()
+            assert ticket is not None
+            breaker.record(ticket, Unavailable("down"))
+            await settled()
+        # Every replica knows (from the settle answer or the published message).
+        await until(lambda: all(b.state == "open" for _, b in replicas))
+        assert [b.state for _, b in replicas] == ["open"] * 3
+        assert [await b.admit() for _, b in replicas] == [None] * 3
+    finally:
+        for fleet, _ in replicas:
+            await fleet.close()
+
+
+async def test_in_flight_slots_expire_when_the_holder_dies(shared: RedisStores) -> None:
+    breaker = shared.breaker(
+        BreakerSpec("dying", breaker_settings(in_flight=1), 0.2, lambda *a: None)
+    )
+    assert await breaker.admit() not in (None, BUSY)  # never settled
+    assert await breaker.admit() is BUSY
+    await asyncio.sleep(0.3)
+    assert await breaker.admit() not in (None, BUSY)
+
+
+async def test_one_late_answer_is_a_busy_redis_not_a_dead_one(redis_server: RedisServer) -> None:
+    settings = RedisSettings(url=redis_server.url, timeout_seconds=0.1, slow_calls_to_local=3)
+    fleet = RedisStores(settings, TokenHasher(b"k"), Metrics(), 100)
+    await fleet.start()
+    try:
+        link = fleet.link
+
+        async def late(r: Any) -> None:
+            await asyncio.sleep(0.2)
+
+        for _ in range(2):
+            with pytest.raises(RedisDown):
+                await link.run("slow", late)
+        assert link.shared  # two late answers: still shared
+        await link.run("ping", lambda r: r.ping())  # an answer in time resets the count
+        for _ in range(2):
+            with pytest.raises(RedisDown):
+                await link.run("slow", late)
+        assert link.shared
+        with pytest.raises(RedisDown):
+            await link.run("slow", late)
+        assert not link.shared  # three in a row: local mode
+    finally:
+        await fleet.close()
