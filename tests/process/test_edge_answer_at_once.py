@@ -14,9 +14,9 @@ import pytest
 
 from tests.support.backend_configs import userinfo_backend
 from tests.support.edge_answer_at_once_helpers import body, connect
-from tests.support.edge_helpers import request
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
+from tests.support.rawhttp import request
 
 HOT = "good-hot-user"
 

@@ -51,10 +51,10 @@ def gateway(workdir: Path) -> Iterator[Callable[..., GatewayProcess]]:
 
 
 @pytest.fixture(scope="module")
-def shared(fake_gitlab: FakeGitLab, workdir: Path) -> Iterator[GatewayProcess]:
+def shared(gitlab_server: FakeGitLab, workdir: Path) -> Iterator[GatewayProcess]:
     """One gateway with default GitLab settings, for tests that open no breaker."""
     gw = start_gateway(
-        {"backends": [gitlab_backend(fake_gitlab.url)]}, workdir, name="gitlab-shared"
+        {"backends": [gitlab_backend(gitlab_server.url)]}, workdir, name="gitlab-shared"
     )
     try:
         yield gw

@@ -2,7 +2,7 @@
 do must never count as the IdP failing, nor stop known users from being served.
 
 Each attack runs against a real ``authn-gateway serve`` in front of the real IdP
-(OpenLDAP's slapd) or the fake_gitlab one that follows the IdP's API (userinfo, GitLab), and
+(OpenLDAP's slapd) or the fake one that follows the IdP's API (userinfo, GitLab), and
 asserts on the IdP's own counters and on the breaker. Each then shows the two things
 users care about: a token the gateway has never seen still authenticates, with one
 call to the IdP, and a known user is still served stale while the IdP is down.
@@ -260,11 +260,11 @@ async def test_a_retry_after_of_years_holds_the_breaker_no_longer_than_the_cap(
 
 @pytest.fixture(scope="module")
 def gitlab() -> Iterator[FakeGitLab]:
-    fake_gitlab = FakeGitLab(seed=seed()).start_in_thread()
+    fake = FakeGitLab(seed=seed()).start_in_thread()
     try:
-        yield fake_gitlab
+        yield fake
     finally:
-        fake_gitlab.stop()
+        fake.stop()
 
 
 @pytest.fixture
@@ -605,9 +605,9 @@ async def test_junk_at_the_inbound_ceiling_never_fails_a_cached_user(
 
 @pytest.fixture
 def keystone() -> Iterator[FakeKeystone]:
-    fake_gitlab = FakeKeystone().start_in_thread()
-    yield fake_gitlab
-    fake_gitlab.stop()
+    fake = FakeKeystone().start_in_thread()
+    yield fake
+    fake.stop()
 
 
 @pytest.mark.parametrize("precheck", [False, True], ids=["any-token", "fernet-precheck"])

@@ -38,7 +38,7 @@ def test_a_denied_token_id_holds_for_every_spelling_whichever_backend_reads_it(
                 {
                     "name": "opaque",
                     "type": "introspection",
-                    "url": es256_issuer.es256_issuer + INTROSPECT_PATH,
+                    "url": es256_issuer.issuer + INTROSPECT_PATH,
                     "client_id": es256_issuer.client_credentials[0],
                     "client_secret": es256_issuer.client_credentials[1],
                     "tls": {"ca_file": str(ca)},

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 
 from tests.support.edge_answer_at_once_helpers import body, connect
-from tests.support.edge_helpers import request
 from tests.support.fakes.idp import FakeIdP
 from tests.support.procs import metric_value, start_gateway
+from tests.support.rawhttp import request
 from tests.support.routing_answer_now_helpers import chain_config
 
 

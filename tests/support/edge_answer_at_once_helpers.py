@@ -6,8 +6,8 @@ import json
 import socket
 from typing import Any
 
-from tests.support.edge_helpers import Reader
 from tests.support.procs import GatewayProcess, review_body
+from tests.support.rawhttp import Reader
 
 
 def body(token: str, **kw: Any) -> bytes:

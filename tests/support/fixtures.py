@@ -19,13 +19,23 @@ from tests.support.wire_helpers import Serve
 
 
 @pytest.fixture(scope="module")
-def fake_gitlab() -> Iterator[FakeGitLab]:
-    """GitLab's documented API, with the users, groups and tokens of gitlab_helpers."""
+def gitlab_server() -> Iterator[FakeGitLab]:
+    """GitLab's documented API, with the users, groups and tokens of gitlab_helpers: one
+    per test module (a module's shared gateway points at it)."""
     gitlab = FakeGitLab(seed=seed()).start_in_thread()
     try:
         yield gitlab
     finally:
         gitlab.stop()
+
+
+@pytest.fixture
+def fake_gitlab(gitlab_server: FakeGitLab) -> Iterator[FakeGitLab]:
+    """The module's fake GitLab, its tokens, faults and counts cleared for each test."""
+    gitlab_server.reset()
+    yield gitlab_server
+    gitlab_server.reset()
+    gitlab_server.external_url = None
 
 
 @pytest.fixture

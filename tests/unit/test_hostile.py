@@ -2,7 +2,7 @@
 do must never count as the IdP failing, nor stop known users from being served.
 
 Each attack runs against a real ``authn-gateway serve`` in front of the real IdP
-(OpenLDAP's slapd) or the fake_gitlab one that follows the IdP's API (userinfo, GitLab), and
+(OpenLDAP's slapd) or the fake one that follows the IdP's API (userinfo, GitLab), and
 asserts on the IdP's own counters and on the breaker. Each then shows the two things
 users care about: a token the gateway has never seen still authenticates, with one
 call to the IdP, and a known user is still served stale while the IdP is down.
