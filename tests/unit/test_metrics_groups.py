@@ -20,7 +20,7 @@ from authn_gateway.observe.metrics import Metrics, MetricsGroup
 from authn_gateway.serve.gateway import METRICS_GROUPS, Gateway
 from tests.support.metric_names import families
 
-PACKAGE = Path(__file__).resolve().parent.parent / "authn_gateway"
+PACKAGE = Path(__file__).resolve().parents[2] / "authn_gateway"
 
 
 def test_a_group_is_built_once_per_registry() -> None:
