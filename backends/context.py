@@ -84,7 +84,7 @@ class WireTime:
     the turns the caller's event loop takes around them (pool, close): under a starved
     CPU those are the caller's time, not the IdP's. The body is in: an IdP that sends
     its headers at once and then trickles or stalls its body is slow, not the gateway
-    (``tests/test_wire.py``). The deadline layer makes one per call and hands it down in
+    (``tests/unit/test_wire.py``). The deadline layer makes one per call and hands it down in
     :attr:`ReviewContext.wire`; a backend passes it with each request it sends
     (``backends.http.on_the_wire``)."""
 

@@ -25,7 +25,7 @@ then comes after the end of it, which closes the connection: the shift stops at 
 This subclasses aiohttp's ``ResponseHandler`` and sets the connector's protocol factory
 (``TCPConnector._factory``), neither of which is aiohttp's public API; it also reads the
 parser the handler holds. It is pinned to the aiohttp releases it is tested with
-(:data:`TESTED_AIOHTTP_MINORS`, pyproject.toml): ``tests/test_wire_one_answer.py`` fails
+(:data:`TESTED_AIOHTTP_MINORS`, pyproject.toml): ``tests/unit/test_wire_one_answer.py`` fails
 on any other, the wire logs a warning on one, and where the hooks are missing the wire
 falls back to a connection per request (:func:`guarded_connector`).
 """
@@ -46,7 +46,7 @@ from aiohttp.streams import EMPTY_PAYLOAD
 log = logging.getLogger(__name__)
 
 #: Minor versions ("3.14") every wire test has passed on. Add one only with a full run
-#: of tests/test_wire.py and tests/test_wire_one_answer.py on it.
+#: of tests/{process,unit}/test_wire.py and tests/unit/test_wire_one_answer.py on it.
 TESTED_AIOHTTP_MINORS = ("3.14",)
 
 

@@ -14,7 +14,7 @@ from tests.support.procs import GatewayProcess, start_gateway
 pytest_plugins = ["tests.support.fixtures"]
 
 # Property tests: a fast profile for the suite, a long one by hand
-# (HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_chaos_runner.py). No deadline:
+# (HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/unit/test_chaos_runner.py). No deadline:
 # the machine is shared, and a slow example is not a failing one.
 settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -46,7 +46,7 @@ BODY_HIGH_WATER = 16 * 1024
 WRITE_HIGH_WATER = 16 * 1024
 
 # Every request head ends with an empty line; llhttp accepts no bare LF (tested in
-# tests/test_edge_intake.py), so each completed head is an occurrence of this.
+# tests/unit/test_edge_intake.py), so each completed head is an occurrence of this.
 HEAD_END = b"\r\n\r\n"
 # What a read may begin with when its first bytes finish a head end begun in the read
 # before it (a suffix of HEAD_END that contains its last LF).

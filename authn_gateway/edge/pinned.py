@@ -3,7 +3,7 @@
 ``GatewayHttpProtocol`` subclasses uvicorn's ``HttpToolsProtocol`` and relies on its
 internals (the parser callbacks, the cycle, the flow control, the timeout handlers),
 which uvicorn is free to change in any release. pyproject.toml pins the same minor
-versions; ``tests/test_edge.py`` fails on any other, and the server logs a warning if it
+versions; ``tests/process/test_edge.py`` fails on any other, and the server logs a warning if it
 runs on one (an install that ignored the pin).
 """
 

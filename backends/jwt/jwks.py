@@ -4,7 +4,7 @@ Each key is read on its own: a key that is malformed in any way (a field of the 
 JSON type, a curve we do not know, numbers that do not make a key) is skipped, and
 only it. A document with no usable key at all is :class:`UnusableJWKS`, and the key
 set in use stays as it was. Nothing else is raised, whatever the document holds
-(``tests/test_jwks.py`` fuzzes it).
+(``tests/unit/test_jwks.py`` fuzzes it).
 """
 
 from __future__ import annotations

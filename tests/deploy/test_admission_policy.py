@@ -87,7 +87,7 @@ def test_the_policy_and_its_binding_are_v1_objects_that_refer_to_each_other() ->
 def test_kube_apiserver_would_admit_the_policy_and_its_binding() -> None:
     # The rules of pkg/apis/admissionregistration/validation/validation.go
     # (ValidateValidatingAdmissionPolicy, ...Binding), encoded in tests/support/kube.
-    # Broken copies are refused there: tests/test_deploy_kube_validation.py.
+    # Broken copies are refused there: tests/deploy/test_deploy_kube_validation.py.
     policy, binding = documents()
     assert validate(policy) == []
     assert validate(binding) == []

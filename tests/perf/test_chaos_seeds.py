@@ -8,8 +8,8 @@ beside other tests. The two seeds take under two minutes together.
 
 * 1218 found two fixes (issue 32): a pod restarted after a FLUSHALL during an IdP
   outage served no known user until the peers' next count (now noticed within a
-  second and written back; tests/test_write_back.py), and the FLUSHALL (with a Redis
-  restarted empty) lifted a denial (now written back; tests/test_revocation.py).
+  second and written back; tests/{perf,process}/test_write_back.py), and the FLUSHALL (with a Redis
+  restarted empty) lifted a denial (now written back; tests/{process,unit}/test_revocation.py).
 * 13 crosses most of the rest: an IdP answering 401 for everyone, 500s and slow calls,
   Redis cut off and flushed, an eviction and a denial, a replica restarted.
 """

@@ -380,7 +380,7 @@ def test_bad_override_requests_are_refused_with_a_clear_400_and_change_nothing(
         response = httpx.post(f"{url}/idp/{action}", headers=ADMIN, content=body)
         assert response.status_code == 400, (action, body, response.text)
         assert message in response.json()["message"], (action, body, response.text)
-    # Too large: 413, decided before the body is read (tests/test_admin_api.py).
+    # Too large: 413, decided before the body is read (tests/process/test_admin_api.py).
     response = httpx.post(f"{url}/idp/force-open", headers=ADMIN, content=b"{" + b" " * 5000 + b"}")
     assert response.status_code == 413, response.text
     assert "body larger than 4096 bytes" in response.json()["message"], response.text
@@ -405,7 +405,7 @@ def test_overrides_need_the_admin_token(fake_idp: FakeIdP, gateway_factory: Star
         assert httpx.get(url, headers=headers).status_code in (401, 429)
         for action in ("force-open", "force-closed", "release"):
             response = httpx.post(f"{url}/idp/{action}", headers=headers)
-            # Past 10 failures from one address: 429 unchecked (tests/test_admin_auth.py).
+            # Past 10 failures from one address: 429 unchecked (tests/unit/test_admin_auth.py).
             assert response.status_code in (401, 429), response.text
             assert ADMIN_TOKEN not in response.text
     assert state(gw) == "closed"

@@ -3,7 +3,7 @@ userinfo backend in front of an IdP that sends strays (an answer on an idle conn
 one appended to the right answer, a late one after the review gave up, split across
 reads). Every review names its own user or fails, and what the gateway cached is right:
 a second round is answered from the cache (the IdP's request count does not move) with
-the same users. The wire-level tests: tests/test_wire_one_answer.py."""
+the same users. The wire-level tests: tests/unit/test_wire_one_answer.py."""
 
 from __future__ import annotations
 

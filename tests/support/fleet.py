@@ -1,6 +1,6 @@
 """N real gateway processes over one real redis-server, driven at a paced offered load.
 
-The proofs of the fleet guarantees (tests/test_fleet_guarantees.py) and the measurement
+The proofs of the fleet guarantees (tests/process/test_fleet_guarantees.py) and the measurement
 script (loadtests/fleet_faults.py) share this: start a fleet, offer reviews at a fixed
 rate spread over the replicas (open loop: a slow answer does not slow the sender down,
 as kube-apiserver's many clients do not), and read the fleet's metrics.

@@ -1,6 +1,6 @@
 """Clients that pipeline requests and never read the answers, and what they cost a
 server process: its RSS, when each flooding connection was closed, and how another
-client's requests fared meanwhile (tests/test_edge_bound.py, loadtests/pipeflood.py)."""
+client's requests fared meanwhile (tests/perf/test_edge_bound.py, loadtests/pipeflood.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The edge's protocol in process, over the real parser and loop: a transport that
 records what the protocol asks of it, requests as bytes, and a way to run a test on
-both loops the gateway may run on (tests/test_edge_batching.py, test_edge_intake.py)."""
+both loops the gateway may run on (tests/unit/test_edge_batching.py, test_edge_intake.py)."""
 
 from __future__ import annotations
 

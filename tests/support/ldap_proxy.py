@@ -1,5 +1,5 @@
 """A TCP proxy in front of a real slapd that cuts what slapd sends into LDAP messages and
-can send a search's answer where nobody asked for it (tests/test_ldap_one_answer.py).
+can send a search's answer where nobody asked for it (tests/process/test_ldap_one_answer.py).
 
 It runs in the test's event loop; the LDAP backend's threads connect to it. Faults:
 

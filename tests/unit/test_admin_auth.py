@@ -2,7 +2,7 @@
 
 Before, ``admin.token: "a"`` was found by guessing and 2,778 wrong guesses a second
 were answered 401, none counted or slowed. Now the token must be strong
-(tests/test_secrets.py), and every failure is counted and limited per source address
+(tests/{process,unit}/test_secrets.py), and every failure is counted and limited per source address
 and overall, while an operator at a clean address still gets in. The guard's rules are
 checked on its own clock; the numbers on a real server over real sockets.
 """

@@ -1,6 +1,6 @@
 """backends/registry.py: a settings class registers its type; a backend kept apart from its
 settings (keystone) registers itself as what they build, so the settings module never
-imports the backend that imports it (tests/test_layout.py, no import cycle)."""
+imports the backend that imports it (tests/unit/test_layout.py, no import cycle)."""
 
 from __future__ import annotations
 

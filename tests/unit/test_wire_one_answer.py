@@ -7,7 +7,7 @@ Real sockets on loopback; the IdP (tests/support/fakes/raw.py, ScriptedIdP) answ
 token ``tok-<user>`` with ``<user>``, and strays name ``stray-*``, so that an answer
 read by the wrong request shows. Each test also counts the IdP's connections: a clean
 connection is reused, one that went out of step is not. The same through a real
-gateway process: tests/test_one_answer_gateway.py.
+gateway process: tests/process/test_one_answer_gateway.py.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ def test_the_installed_aiohttp_is_one_the_wire_is_tested_with() -> None:
     untested = untested_aiohttp()
     assert untested is None, (
         f"aiohttp {untested} is installed; the IdP wire's guard (backends/one_answer.py) "
-        f"is tested with {TESTED_AIOHTTP_MINORS} only. Run tests/test_wire.py and this "
+        f"is tested with {TESTED_AIOHTTP_MINORS} only. Run tests/unit/test_wire.py and this "
         "file on it, then add its minor version to TESTED_AIOHTTP_MINORS and widen the "
         "pin in pyproject.toml."
     )

@@ -257,7 +257,7 @@ class Breaker(Overridden):
         failed = isinstance(outcome, Unavailable)
         self._apply(finished(probe=ticket.permit is not None, failed=failed))
         # A probe is judged by its answer, slow or not: a restarted IdP's first answer is
-        # often slow (the real Keystone in tests/test_keystone.py), and with one probe a
+        # often slow (the real Keystone in tests/process/test_keystone.py), and with one probe a
         # slow-probe rule would keep it open. Slowness is judged over the closed window.
         rate, slow = self._failure_rate, self._slow_calls
         if rate is not None and rate.add(failed) and self._cb.current_state == CLOSED:

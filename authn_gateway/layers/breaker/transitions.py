@@ -4,7 +4,7 @@ Both breakers follow this table and nothing else: the in-process :class:`.machin
 applies :func:`step` to its own store, and the fleet's Lua scripts (``admit.lua``,
 ``settle.lua``, ``hold.lua``) apply the same rows on Redis, rendered into Lua by
 :func:`lua_rows` and put in front of each script with ``transitions.lua`` (the same
-``step`` in Lua). ``tests/test_breaker_transitions.py`` feeds both the same event
+``step`` in Lua). ``tests/{process,unit}/test_breaker_transitions.py`` feeds both the same event
 sequences and compares them after every event.
 
 Times are Unix seconds. ``opened_at`` is when the breaker opened, as far as the next

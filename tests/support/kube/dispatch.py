@@ -30,7 +30,7 @@ VALIDATORS: dict[tuple[str, str], Validator] = {
 
 #: Kinds served by CRDs: validated against their CRD's OpenAPI schema by the apiserver,
 #: which only the operator that installs the CRD ships; checked elsewhere
-#: (tests/test_prometheus.py runs promtool on the rules).
+#: (tests/{deploy,process}/test_prometheus.py runs promtool on the rules).
 CUSTOM_RESOURCES = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
