@@ -49,13 +49,6 @@ _IN_A_TASK = _InATask()
 
 
 @dataclass(slots=True)
-class Done(Generic[T]):
-    """The coroutine finished without waiting."""
-
-    value: T
-
-
-@dataclass(slots=True)
 class Suspended(Generic[T]):
     """The coroutine stopped at its first wait; :meth:`resume` (in a task) finishes it."""
 
@@ -94,11 +87,13 @@ class Suspended(Generic[T]):
         self.coro.close()
 
 
-def run_eagerly(coro: Coroutine[Any, Any, T]) -> Done[T] | Suspended[T]:
-    """Run ``coro`` until it finishes or first waits. Its exception, if it raises before
-    waiting, propagates from here."""
+def run_eagerly(coro: Coroutine[Any, Any, T]) -> T | Suspended[T]:
+    """Run ``coro`` until it finishes or first waits: its value if it finished (nothing
+    else is allocated on the cache-hit path), else a :class:`Suspended` to resume. Its
+    exception, if it raises before waiting, propagates from here. A coroutine that may
+    run eagerly never returns a :class:`Suspended` itself."""
     try:
         waiting_for = coro.send(None)
     except StopIteration as stop:
-        return Done(stop.value)
+        return stop.value  # type: ignore[no-any-return]
     return Suspended(coro, waiting_for)

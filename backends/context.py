@@ -39,6 +39,8 @@ class ReviewContext:
     caller: str = ""
     #: The per-caller limit, charged once per review, only by a cache miss (None: off).
     inbound: InboundLimit | None = None
+    #: Called once if the caller's charge is refused (a metric).
+    on_refused: Callable[[], None] | None = None
     #: Whether the caller's charge was taken (None: not yet asked).
     paid: bool | None = None
     #: For one IdP call (set by the cache layer): a stale entry could answer the review
@@ -49,8 +51,6 @@ class ReviewContext:
     may_queue: bool = True
     #: For one IdP call (set by the deadline layer): the clock of its time on the wire.
     wire: WireTime | None = None
-    #: Called once if the caller's charge is refused (a metric).
-    on_refused: Callable[[], None] | None = None
 
     def miss_allowed(self) -> bool:
         """Whether this review may go past the cache: the caller's charge, taken at most

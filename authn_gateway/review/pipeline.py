@@ -32,7 +32,7 @@ from authn_gateway.review.prerejection import prerejection_reason
 from authn_gateway.review.routing import Route, Router
 from authn_gateway.review.stack import BackendStack
 from authn_gateway.revocation.denylist import DenyList
-from backends.base import Authenticated, Authenticator, Rejected, Verdict
+from backends.base import Authenticated, Authenticator, Rejected, UserInfo, Verdict
 from backends.context import InboundLimit, ReviewContext
 
 GATEWAY = "gateway"
@@ -64,27 +64,47 @@ class Pipeline:
         self.deny_list = deny_list
         self.hasher = hasher or TokenHasher(None)
 
-    async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
-        """The verdict on ``token``. A cache hit finishes without suspending (the edge
-        runs this eagerly, authn_gateway/eager.py); a miss carries on from the cache
-        layer's local lookup."""
+    def start(
+        self, token: str, audiences: tuple[str, ...], caller: str
+    ) -> Verdict | tuple[Authenticator, ReviewContext]:
+        """The review's first steps, none of which waits: a local refusal (counted), or
+        the target and the context to hand it. The caller awaits ``target.review(
+        context)`` (the edge runs it eagerly, authn_gateway/eager.py: a cache hit
+        finishes without suspending) and passes its verdict to :meth:`finish`."""
         route = self._route(token)
         if isinstance(route, Verdict):
             return route
         target = route.target
         assert target is not None
-        review = ReviewContext(
+        context = ReviewContext(
             route.token,
             audiences,
             # Every review is answered by this time, whatever the backends do.
             asyncio.get_running_loop().time() + self.deadline,
             caller,
             self.inbound,
-            on_refused=self._inbound_refused,
+            self._on_inbound_refused,
         )
-        return self._denied_user(await target.review(review))
+        return target, context
 
-    def _inbound_refused(self) -> None:
+    def finish(self, verdict: Verdict) -> Verdict:
+        """The target's verdict, as answered: a denied user or credential is refused
+        (known only once a backend, or the cache, has answered)."""
+        deny = self.deny_list
+        if deny is None or not isinstance(verdict.outcome, Authenticated):
+            return verdict
+        return self._denied_user(deny, verdict.outcome.user, verdict)
+
+    async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
+        """:meth:`start`, the target's review, :meth:`finish`: the whole path, for callers
+        that simply await it (the CLI's ``review``, load scripts, tests)."""
+        started = self.start(token, audiences, caller)
+        if isinstance(started, Verdict):
+            return started
+        target, context = started
+        return self.finish(await target.review(context))
+
+    def _on_inbound_refused(self) -> None:
         self.limiters.refusal("inbound", GATEWAY)
 
     def _route(self, token: str) -> Route[Authenticator] | Verdict:
@@ -108,14 +128,7 @@ class Pipeline:
             return Verdict(Rejected("no backend accepts this token's form"), GATEWAY)
         return route
 
-    def _denied_user(self, verdict: Verdict) -> Verdict:
-        """A denied user, or a denied credential (kube's credential id, ``JTI=...``):
-        known once a backend (or the cache) has answered."""
-        deny = self.deny_list
-        outcome = verdict.outcome
-        if deny is None or not isinstance(outcome, Authenticated):
-            return verdict
-        user = outcome.user
+    def _denied_user(self, deny: DenyList, user: UserInfo, verdict: Verdict) -> Verdict:
         if deny.denies_user(user.username):
             kind = "user"
         elif deny.denies_credential(user):

@@ -3,10 +3,11 @@
 It is the hot path, and starlette's Request/Response objects would cost more than a
 cached review. Health, metrics and admin routes are an ordinary starlette app
 (:mod:`.ops`). Each step of a request (caller check, size, parse, the pipeline, render,
-count, log) exists once, in :meth:`ReviewEndpoint._reply`. The edge hands a request
-that arrived whole to :meth:`ReviewEndpoint.answer_at_once`, which runs that coroutine
-eagerly: a cache hit is answered without a task; a review that must wait carries on
-from where it stopped, in the ASGI task (:meth:`ReviewEndpoint.__call__`).
+count, log) exists once. The edge hands a request that arrived whole to
+:meth:`ReviewEndpoint.answer_at_once`, which runs the steps that never wait and the
+backend's stack eagerly (authn_gateway/eager.py): a cache hit is answered without a
+task or a coroutine of its own; a review whose stack must wait carries on from where
+it stopped, in the ASGI task (:meth:`ReviewEndpoint.__call__`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from authn_gateway.eager import Done, Suspended, run_eagerly
+from authn_gateway.eager import Suspended, run_eagerly
 from authn_gateway.edge.callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
 from authn_gateway.kube_status import render_error
 from authn_gateway.observe.audit import AuditLog
@@ -52,14 +53,28 @@ class TooLarge(Exception):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
-    """An HTTP answer: a 200 with a TokenReview, or a refusal (a Kubernetes Status)."""
+    """A refusal: an HTTP status and a Kubernetes Status. (A 200 is its body alone.)"""
 
     status: int
     body: bytes
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
+
+@dataclass(slots=True)
+class Waiting:
+    """A review whose backend stack had to wait: what the steps before it computed, and
+    the stack's run, to carry on in a task (:meth:`ReviewEndpoint._carry_on`)."""
+
+    review: ReviewRequest
+    caller: str
+    started: float
+    run: Suspended[Verdict]
+
+
+#: What a request's steps give: a 200's body, a refusal, or a review still waiting.
+Step = bytes | Reply | Waiting
 
 #: Where :meth:`ReviewEndpoint.answer_at_once` leaves what it began for the ASGI path.
 BEGUN_KEY = "authn_gateway.begun"
@@ -71,7 +86,7 @@ class Begun:
     It is finished by the endpoint that began it (a reload may swap in another)."""
 
     endpoint: ReviewEndpoint
-    run: Done[Reply] | Suspended[Reply]
+    step: Reply | Waiting
 
 
 # The request headers the review path reads; one pass collects them.
@@ -180,36 +195,40 @@ class ReviewEndpoint:
         return None
 
     def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
-        """The edge's hook for a request that arrived whole: the review, run eagerly
-        (authn_gateway/eager.py). A 200 that needed no waiting (a cache hit, a local
-        refusal) is returned for the edge to write at once; anything else (a refusal, a
-        review that must wait) is left in the scope for :meth:`__call__`, which the edge
-        then runs as ASGI, to send or to carry on: no step runs twice."""
-        run = run_eagerly(self._reply(scope, body))
-        if isinstance(run, Done) and run.value.status == 200:
-            return run.value.body
-        scope[BEGUN_KEY] = Begun(self, run)
+        """The edge's hook for a request that arrived whole. A 200 that needed no waiting
+        (a cache hit, a local refusal) is returned for the edge to write at once;
+        anything else (a refusal, a review that must wait) is left in the scope for
+        :meth:`__call__`, which the edge then runs as ASGI, to send or to carry on: no
+        step runs twice."""
+        step = self._begin(scope, body)
+        if type(step) is bytes:
+            return step
+        scope[BEGUN_KEY] = Begun(self, step)  # type: ignore[arg-type]
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         begun: Begun | None = scope.pop(BEGUN_KEY, None)
-        run = begun.run if begun is not None else None
-        if isinstance(run, Done):
-            reply: Reply | None = run.value
-        elif isinstance(run, Suspended):
-            reply = await run.resume()
-        else:
-            reply = await self._read_and_reply(scope, receive)
-        if reply is not None:
-            await _send(send, reply.status, reply.body, reply.headers)
+        step: Step | None = begun.step if begun is not None else await self._read(scope, receive)
+        if isinstance(step, Waiting):
+            step = await self._carry_on(step)
+        if isinstance(step, bytes):
+            await _send(send, 200, step)
+        elif step is not None:
+            await _send(send, step.status, step.body, step.headers)
 
-    async def _read_and_reply(self, scope: Scope, receive: Receive) -> Reply | None:
-        """A request that did not arrive whole: refused before its body is read, or
-        read and answered (None: the client went away)."""
-        try:
-            refusal = self._refusal(scope)
-        except Exception as exc:
-            return self._unreadable(exc)
+    def _begin(self, scope: Scope, body: bytes) -> Step:
+        """A request that arrived whole: the head's checks, then the body's."""
+        refusal = self._head_refusal(scope)
+        if refusal is not None:
+            return refusal
+        if len(body) > self.max_body:
+            return self._refused(413, f"body larger than {self.max_body} bytes")
+        return self._review_body(scope, body)
+
+    async def _read(self, scope: Scope, receive: Receive) -> Step | None:
+        """A request that did not arrive whole: refused before its body is read, or read
+        and begun (None: the client went away)."""
+        refusal = self._head_refusal(scope)
         if refusal is not None:
             return refusal
         try:
@@ -218,44 +237,49 @@ class ReviewEndpoint:
             return self._refused(413, f"body larger than {self.max_body} bytes")
         except ConnectionResetError:
             return None
-        return await self._answer_body(scope, body)
+        return self._review_body(scope, body)
 
-    async def _reply(self, scope: Scope, body: bytes) -> Reply:
-        """The whole request's answer: the head's checks, then the body's."""
+    def _head_refusal(self, scope: Scope) -> Reply | None:
         try:
-            refusal = self._refusal(scope)
+            return self._refusal(scope)
         except Exception as exc:
             return self._unreadable(exc)
-        if refusal is not None:
-            return refusal
-        if len(body) > self.max_body:
-            return self._refused(413, f"body larger than {self.max_body} bytes")
-        return await self._answer_body(scope, body)
 
-    async def _answer_body(self, scope: Scope, body: bytes) -> Reply:
-        """The review in ``body``, answered by the rules in README: a 400 for what cannot
-        be read, else a 200, whatever happens below (never a 500)."""
-        self.in_flight += 1  # a reload closes this generation only once its reviews end
+    def _review_body(self, scope: Scope, body: bytes) -> Step:
+        """The review in ``body``, by the answer rules in README: a 400 for what cannot be
+        read, else a 200 whatever happens below (never a 500), or :class:`Waiting` if
+        the backend's stack must wait. Everything up to the stack's first wait runs
+        here, once."""
+        try:
+            review = parse_review(body)
+        except BadReview as exc:
+            return self._refused(400, str(exc))
+        except Exception as exc:
+            return self._unreadable(exc)
+        started = time.perf_counter()
+        caller = caller_identity(scope)
+        try:
+            step = self.pipeline.start(review.token, review.audiences, caller)
+            if not isinstance(step, Verdict):
+                target, context = step
+                run = run_eagerly(target.review(context))
+                if isinstance(run, Suspended):
+                    self.in_flight += 1  # a reload closes this generation once it is 0
+                    return Waiting(review, caller, started, run)
+                step = self.pipeline.finish(run)
+        except Exception as exc:
+            # Last line of defence: the answer rules never allow a 500.
+            step = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
+        return self._answer(review, step, caller, started)
+
+    async def _carry_on(self, waiting: Waiting) -> bytes:
+        """A :class:`Waiting` review, carried on from its stack's first wait, in a task."""
         try:
             try:
-                review = parse_review(body)
-            except BadReview as exc:
-                return self._refused(400, str(exc))
+                verdict = self.pipeline.finish(await waiting.run.resume())
             except Exception as exc:
-                return self._unreadable(exc)
-            started = time.perf_counter()
-            caller = caller_identity(scope)
-            try:
-                verdict = await self.pipeline.review(review.token, review.audiences, caller)
-            except Exception as exc:
-                # Last line of defence: the answer rules never allow a 500.
                 verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-            try:
-                return Reply(200, self._answer(review, verdict, caller, started))
-            except Exception as exc:
-                # Rendering, counting or logging failed: the error answer, rendered alone.
-                verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-                return Reply(200, render_verdict(review.api_version, verdict).body)
+            return self._answer(waiting.review, verdict, waiting.caller, waiting.started)
         finally:
             self.in_flight -= 1
 
@@ -274,7 +298,17 @@ class ReviewEndpoint:
     def _answer(
         self, review: ReviewRequest, verdict: Verdict, caller: str, started: float
     ) -> bytes:
-        """The answer's body; counts and logs the review."""
+        """The 200's body; counts and logs the review."""
+        try:
+            return self._render_count_log(review, verdict, caller, started)
+        except Exception as exc:
+            # Rendering, counting or logging failed: the error answer, rendered alone.
+            verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
+            return render_verdict(review.api_version, verdict).body
+
+    def _render_count_log(
+        self, review: ReviewRequest, verdict: Verdict, caller: str, started: float
+    ) -> bytes:
         outcome = verdict.outcome
         body, answer = self._render(review.api_version, verdict)
         elapsed = time.perf_counter() - started

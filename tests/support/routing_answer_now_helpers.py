@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from authn_gateway.eager import Done, run_eagerly
+from authn_gateway.eager import Suspended, run_eagerly
 from authn_gateway.serve.gateway import Gateway
 from backends.base import Verdict
 from tests.support.backend_configs import userinfo_backend
@@ -27,6 +27,6 @@ async def answer(
     """The review's verdict, and whether it was answered at once: run eagerly, as the
     edge runs it (authn_gateway/eager.py), and carried on if it had to wait."""
     run = run_eagerly(gateway.pipeline.review(token, audiences, "c"))
-    if isinstance(run, Done):
-        return run.value, True
-    return await run.resume(), False
+    if isinstance(run, Suspended):
+        return await run.resume(), False
+    return run, True
