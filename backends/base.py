@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from backends.context import ReviewContext, WireTime
+from backends.values import value
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -133,7 +134,7 @@ class InternalError(Unavailable):
 Outcome = Authenticated | Rejected | Unavailable
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Verdict:
     """An outcome and where it came from."""
 

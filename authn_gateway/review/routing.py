@@ -25,13 +25,14 @@ from typing import Generic, TypeVar
 from authn_gateway.layers.base import Layer
 from backends.base import Authenticated, Authenticator, Rejected, Unavailable, Verdict
 from backends.context import ReviewContext
+from backends.values import value
 
 B = TypeVar("B")
 
 CHAIN = "chain"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Route(Generic[B]):
     # None when no backend may see this token.
     target: B | None

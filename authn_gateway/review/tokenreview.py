@@ -11,7 +11,6 @@ endpoint and ``authn-gateway review`` both use it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
@@ -20,6 +19,7 @@ from authn_gateway.kube_status import render_error
 from authn_gateway.review.markers import NONE as NO_MARKERS
 from authn_gateway.review.markers import Markers
 from backends.base import Authenticated, Unavailable, UserInfo, Verdict
+from backends.values import value
 
 #: Short names (the CLI's --api-version) of the versions kube-apiserver may send.
 API_VERSIONS = {"v1": "authentication.k8s.io/v1", "v1beta1": "authentication.k8s.io/v1beta1"}
@@ -30,7 +30,7 @@ class BadReview(ValueError):
     """A malformed TokenReview; the message names the problem, never the token."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ReviewRequest:
     api_version: str
     token: str
@@ -65,7 +65,7 @@ def parse_review(body: bytes) -> ReviewRequest:
         raise BadReview("spec.token must not be empty")
     audiences = spec.get("audiences")
     if audiences is None:
-        audiences = []
+        return ReviewRequest(api_version, token)  # the usual case: the API server's own
     if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
         raise BadReview("spec.audiences must be a list of strings")
     return ReviewRequest(api_version, token, tuple(audiences))
