@@ -13,6 +13,30 @@ from backends.jws import canonical_spelling
 KEY_ID_BYTES = 8
 
 
+class _KeyedSha256:
+    """HMAC-SHA256 under one key, from the two hash states RFC 2104 keys once (its
+    section 4, "Implementation Note"): the digest ``hmac.new(key, msg, sha256)`` gives
+    (tests/unit/test_keyed_hashes.py), in two C copies instead of ``hmac``'s Python-level
+    ``copy()``: 0.8 µs against 1.4 on every review, cache hits included."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        block = sha256().block_size
+        if len(key) > block:
+            key = sha256(key).digest()
+        key = key.ljust(block, b"\0")
+        self._inner = sha256(bytes(b ^ 0x36 for b in key))
+        self._outer = sha256(bytes(b ^ 0x5C for b in key))
+
+    def digest(self, message: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 class TokenHasher:
     """HMAC-SHA256 under the gateway secret.
 
@@ -24,7 +48,7 @@ class TokenHasher:
     def __init__(self, secret: bytes | None, previous: Sequence[bytes] = ()) -> None:
         self.secret_is_random = secret is None
         self._secret = secret if secret is not None else secrets.token_bytes(32)
-        self._base = hmac.new(self._secret, digestmod=sha256)
+        self._mac = _KeyedSha256(self._secret)
         # A separate key for log ids, derived from the secret (BLAKE2b keys are <= 64 bytes).
         self._log_key = hmac.new(self._secret, b"log-id", sha256).digest()
         # Keyed once: a copy skips hashing the key block again (0.40 µs against 0.57-0.70).
@@ -52,11 +76,9 @@ class TokenHasher:
         spellings would accept from the cache what the backend refuses. An eviction
         still reaches every spelling, through the entries' token ids.
         """
-        h = self._base.copy()
         # NUL cannot occur in a backend name and is rejected in tokens (pre-rejection),
         # so the fields cannot run into each other.
-        h.update(f"review\0{backend}\0{token}\0{chr(0).join(audiences)}".encode())
-        return h.digest()
+        return self._mac.digest(f"review\0{backend}\0{token}\0{chr(0).join(audiences)}".encode())
 
     def token_id(self, token: str) -> str:
         """A short, stable id for correlating log lines: 12 hex digits of a keyed hash.
@@ -79,9 +101,7 @@ class TokenHasher:
 
     def sign(self, payload: bytes) -> bytes:
         """Signature for values stored outside the process (Redis)."""
-        h = self._base.copy()
-        h.update(b"entry\0" + payload)
-        return h.digest()
+        return self._mac.digest(b"entry\0" + payload)
 
     def signer(self, key_id: bytes) -> TokenHasher | None:
         """The current or a previous secret's hasher with this key id; None if unknown."""

@@ -7,6 +7,8 @@ import hmac
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.cache import CacheEntry, MemoryStore, ReviewCache
@@ -156,6 +158,29 @@ def test_cache_keys_depend_on_backend_token_audiences_and_secret() -> None:
     assert base != h.cache_key("idp", "tok", ("aud",))
     assert base != TokenHasher(b"other-secret").cache_key("idp", "tok", ())
     assert b"tok" not in base
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    secret=st.binary(min_size=1, max_size=200),
+    backend=st.text(max_size=20),
+    token=st.text(max_size=300),
+    audiences=st.lists(st.text(max_size=10), max_size=3),
+    payload=st.binary(max_size=300),
+)
+def test_cache_keys_and_signatures_are_hmac_sha256_in_every_release(
+    secret: bytes, backend: str, token: str, audiences: list[str], payload: bytes
+) -> None:
+    # Replicas of the previous release read and write the same Redis keys and entry
+    # signatures: HMAC-SHA256 under the secret, however it is computed (secrets longer
+    # than SHA-256's block included).
+    hasher = TokenHasher(secret)
+    message = f"review\0{backend}\0{token}\0{chr(0).join(audiences)}".encode()
+    assert (
+        hasher.cache_key(backend, token, tuple(audiences))
+        == hmac.new(secret, message, hashlib.sha256).digest()
+    )
+    assert hasher.sign(payload) == hmac.new(secret, b"entry\0" + payload, hashlib.sha256).digest()
 
 
 @pytest.mark.parametrize("token", ["q", "a-much-longer-token-value"])
