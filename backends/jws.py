@@ -87,10 +87,8 @@ def canonical_spelling(token: str) -> str:
     (about 1 us for a 780-character JWT, docs/decisions.md); only a JWS spelled some
     other way is decoded and re-encoded.
     """
-    if is_canonical(token):
-        return token
-    if token.count(".") != 2:
-        return token
+    if token.count(".") != 2 or is_canonical(token):
+        return token  # not a compact JWS (one pass in C), or already canonical
     parts = [_canonical_segment(s) for s in token.split(".")]
     if any(p is None for p in parts):
         return token
