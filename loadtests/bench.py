@@ -22,6 +22,13 @@ on it.
 
     python -m loadtests.bench [--seconds 10] [--rounds 3] [--connections 64] [--json out.json]
     python -m loadtests.bench --tls [--seconds 10] [--rounds 3] [--connections 64]
+    python -m loadtests.bench --against DIR [--seconds 10] [--rounds 5]
+
+With ``--against DIR`` (another checkout, such as ``git worktree add DIR <commit>``),
+only cache hits are measured: the references, this checkout's gateway and DIR's, side
+by side in every round, with the same interpreter and packages; it prints this
+checkout's throughput over DIR's. That is how a change to the hot path is judged
+before and after on one machine, whatever else that machine is doing.
 """
 
 from __future__ import annotations
@@ -144,8 +151,13 @@ def _children_cpu() -> float:
 
 
 @contextmanager
-def process(cmd: list[str], port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+def process(
+    cmd: list[str], port: int, log: Path, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``cmd`` running until the block ends; in ``cwd``'s code when given (its tree first
+    on the path: ``-m authn_gateway`` imports that checkout's package)."""
+    env = None if cwd is None else {**os.environ, "PYTHONPATH": str(cwd)}
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=cwd, env=env)
     try:
         wait_for_port(port, proc=proc, timeout=20)
         yield proc
@@ -207,6 +219,8 @@ class Server:
     wrk_core: str = "1"
     wrk_threads: int = 1
     scheme: str = "http"
+    #: Another checkout whose code this server runs (``--against``); None: this one.
+    cwd: Path | None = None
 
 
 LOCAL = "gateway, local cache"
@@ -217,6 +231,7 @@ STARLETTE = "bare starlette"
 RAW = "raw ASGI + orjson"
 PLAIN = "gateway, plain HTTP"
 TLS = "gateway, TLS (asyncio SSL)"
+AGAINST = "gateway, local cache, --against"
 
 
 def servers(workdir: Path, idp_url: str, redis_url: str | None) -> list[Server]:
@@ -243,6 +258,15 @@ def servers(workdir: Path, idp_url: str, redis_url: str | None) -> list[Server]:
             out.append(Server(name, cmd, port, True, wrk_core="0,1", wrk_threads=2))
         else:
             out.append(Server(name, cmd, port, True))
+    return out
+
+
+def against_servers(workdir: Path, idp_url: str, other: Path) -> list[Server]:
+    """The references, this checkout's gateway, and ``other``'s on the same config."""
+    out = [s for s in servers(workdir, idp_url, None) if s.name in (STARLETTE, RAW, LOCAL)]
+    port = free_port()
+    cmd = gateway_cmd(base_config(idp_url), port, workdir, "gw-against")
+    out.append(Server(AGAINST, cmd, port, True, cwd=other.resolve()))
     return out
 
 
@@ -277,7 +301,7 @@ def throughput(
             slug = re.sub(r"\W+", "-", server.name)
             try:
                 proc = stack.enter_context(
-                    process(server.cmd, server.port, workdir / f"{slug}.log")
+                    process(server.cmd, server.port, workdir / f"{slug}.log", server.cwd)
                 )
                 if server.gateway:
                     warm(server.port, server.scheme)
@@ -491,6 +515,34 @@ def tls_cost(args: argparse.Namespace, workdir: Path, idp_url: str) -> int:
     return 0
 
 
+def against_cost(args: argparse.Namespace, workdir: Path, idp_url: str) -> int:
+    """Cache hits of this checkout's gateway and of ``--against``'s, side by side."""
+    chosen = against_servers(workdir, idp_url, args.against)
+    rounds, notes = throughput(args.seconds, args.connections, workdir, chosen, args.rounds)
+    rows = [["server (1 worker, core 0)", "reviews/s", "p50 ms", "p99 ms", "errors",
+             "x raw", "p99 / raw p99", "server cores"]]  # fmt: skip
+    for r in median_results(rounds):
+        name = f"{r.name} {args.against}" if r.name == AGAINST else r.name
+        rows.append(
+            [name, f"{r.rps:,.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", str(r.errors),
+             f"{median_ratio(rounds, r.name, RAW):.2f}",
+             f"{median_ratio(rounds, r.name, RAW, 'p99_ms'):.2f}", f"{r.server_cores:.2f}"]
+        )  # fmt: skip
+    print(
+        f"\ncache hits, wrk -t1 -c{args.connections} -d{args.seconds:g}s (core 1), "
+        f"medians of {args.rounds} rounds"
+    )
+    print(table(rows))
+    if notes:
+        print(notes)
+    print(
+        f"this checkout / {args.against}: {median_ratio(rounds, LOCAL, AGAINST):.2f} "
+        f"(median of the per-round ratios; best round over best "
+        f"{best_ratio(rounds, LOCAL, AGAINST):.2f})"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Cache-hit, cache-miss and memory benchmarks.")
     parser.add_argument("--seconds", type=float, default=10.0, help="wrk run length (10)")
@@ -503,8 +555,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tls", action="store_true", help="only the cost of TLS: the gateway over https vs http"
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="only cache hits, this checkout's gateway against DIR's (another checkout)",
+    )
     args = parser.parse_args(argv)
-    for tool in ("wrk", *(() if args.no_redis or args.tls else ("redis-server",))):
+    if args.against is not None and not (args.against / "authn_gateway").is_dir():
+        print(f"--against {args.against}: not a checkout of authn-gateway", file=sys.stderr)
+        return 2
+    quiet_redis = args.no_redis or args.tls or args.against is not None
+    for tool in ("wrk", *(() if quiet_redis else ("redis-server",))):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed (Debian package {tool.split('-')[0]})", file=sys.stderr)
             return 2
@@ -518,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.enter_context(process(pinned(1, idp_cmd), idp_port, workdir / "idp.log"))
         idp_url = f"http://127.0.0.1:{idp_port}/userinfo"
         redis_url = None
-        if not (args.no_redis or args.tls):
+        if not quiet_redis:
             rport = free_port()
             redis_cmd = ["redis-server", "--port", str(rport), "--bind", "127.0.0.1"]
             redis_cmd += ["--save", "", "--appendonly", "no"]
@@ -527,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.tls:
             return tls_cost(args, workdir, idp_url)
+        if args.against is not None:
+            return against_cost(args, workdir, idp_url)
         chosen = servers(workdir, idp_url, redis_url)
         rounds, notes = throughput(args.seconds, args.connections, workdir, chosen, args.rounds)
         results = median_results(rounds)
