@@ -14,9 +14,10 @@ Every step below the route answers the same interface (:class:`Authenticator`), 
 takes what it needs from the one :class:`~backends.context.ReviewContext` handed down,
 so each can be read and tested alone; docs/architecture.md has the picture.
 
-There is one path. The edge runs it eagerly (authn_gateway/eager.py): a review that
-needs no waiting (a local refusal, a fresh local cache entry) finishes without a task;
-any other carries on from where it stopped, in one.
+There is one path: :meth:`Pipeline.start`, the target's ``review``, :meth:`Pipeline.finish`.
+The endpoint runs the target's review eagerly (authn_gateway/eager.py): a review that
+needs no waiting (a fresh local cache entry) finishes without a task; any other
+carries on from where it stopped, in one.
 """
 
 from __future__ import annotations
