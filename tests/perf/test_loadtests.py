@@ -175,6 +175,40 @@ def test_the_miss_path_measurement_runs_as_documented() -> None:
 
 
 @pytest.mark.exclusive
+def test_the_bench_against_another_checkout_runs_as_documented(tmp_path: Path) -> None:
+    # docs/benchmarks.md quotes `python -m loadtests.bench --against DIR`; here DIR is
+    # this same checkout, so both gateways run the same code.
+    if shutil.which("wrk") is None:
+        pytest.fail("wrk is not installed (Debian package wrk)")
+    cmd = [sys.executable, "-m", "loadtests.bench", "--against", str(REPO)]
+    cmd += ["--seconds", "1", "--rounds", "1", "--connections", "4"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"gateway, local cache, --against {REPO}" in result.stdout, result.stdout
+    assert f"this checkout / {REPO}: " in result.stdout, result.stdout
+    assert "not measured" not in result.stdout, result.stdout
+    # Not a checkout: a clear error, nothing started.
+    bad = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench", "--against", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert bad.returncode == 2, bad
+    assert f"--against {tmp_path}: not a checkout of authn-gateway" in bad.stderr
+
+
+@pytest.mark.exclusive
+def test_the_hit_instruction_count_runs_as_documented() -> None:
+    # docs/benchmarks.md quotes `python -m loadtests.hitcount`: two programs under
+    # valgrind (~50 s each, most of it start-up), one turn of 16 hits counted.
+    out = run_documented("loadtests.hitcount", "--calls", "16")
+    row = next(line for line in out.splitlines() if line.startswith(f"  {REPO}"))
+    assert int(row.split()[-1].replace(",", "")) > 10_000, out  # instructions per hit
+
+
+@pytest.mark.exclusive
 def test_the_miss_instruction_count_runs_as_documented() -> None:
     # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.misscount`;
     # the client row alone: each row is two programs under valgrind (~30 s each).
