@@ -2,7 +2,7 @@
 
 A frozen dataclass sets each field through ``object.__setattr__`` and costs about
 1.3 µs to build with seven fields, against 0.3 µs for a plain slots dataclass
-(docs/decisions.md, "Frozen for the type checker"). A cache hit builds several (the
+(docs/decisions.md, "One review path, one coroutine"). A cache hit builds several (the
 verdict, the parsed request, the route), so these are slots dataclasses at run time and
 frozen dataclasses to mypy (``dataclass_transform(frozen_default=True)``): assigning to
 a field is a type error, caught in CI, not at run time.

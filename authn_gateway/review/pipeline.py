@@ -130,6 +130,7 @@ class Pipeline:
         return route
 
     def _denied_user(self, deny: DenyList, user: UserInfo, verdict: Verdict) -> Verdict:
+        """A denied user, or a denied credential (kube's credential id, ``JTI=...``)."""
         if deny.denies_user(user.username):
             kind = "user"
         elif deny.denies_credential(user):

@@ -201,9 +201,9 @@ class ReviewEndpoint:
         :meth:`__call__`, which the edge then runs as ASGI, to send or to carry on: no
         step runs twice."""
         step = self._begin(scope, body)
-        if type(step) is bytes:
+        if isinstance(step, bytes):
             return step
-        scope[BEGUN_KEY] = Begun(self, step)  # type: ignore[arg-type]
+        scope[BEGUN_KEY] = Begun(self, step)
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
