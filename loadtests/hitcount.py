@@ -9,7 +9,7 @@ it took): a small program feeds ``--calls`` cached reviews through the edge prot
 line queued), and again none; the difference over the calls is one hit. With
 ``--against DIR`` (``git worktree add DIR <commit>``) the same program runs on DIR's
 code too, and the ratio of the two is printed. Needs valgrind (Debian package
-valgrind); about two minutes a checkout, most of it start-up under valgrind:
+valgrind); about a minute a checkout on two cores, most of it start-up under valgrind:
 
     python -m loadtests.hitcount [--calls 4000] [--against DIR]
 """
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 _COLLECTED = re.compile(rb"Collected : (\d+)")
@@ -69,9 +70,9 @@ async def _hits(calls: int) -> None:
     await gateway.close()
 
 
-def instructions(calls: int, checkout: Path, workdir: Path) -> int:
-    """Instructions callgrind counted in a child running ``calls`` hits on ``checkout``."""
-    out = workdir / f"callgrind.{checkout.name}.{calls}"
+def instructions(calls: int, checkout: Path, out: Path) -> int:
+    """Instructions callgrind counted in a child running ``calls`` hits on ``checkout``
+    (its profile written to ``out``)."""
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
     cmd += [str(Path(__file__).resolve()), "--child", "--calls", str(calls)]
     # The child imports the checkout's code: it runs there, its tree first on the path.
@@ -85,9 +86,17 @@ def instructions(calls: int, checkout: Path, workdir: Path) -> int:
     return int(found.group(1))
 
 
-def per_hit(calls: int, checkout: Path, workdir: Path) -> float:
+def per_hit(calls: int, checkouts: list[Path], workdir: Path) -> dict[Path, float]:
+    """Instructions per hit on each checkout: its children (``calls`` hits, and none)
+    run side by side, one per core; each is counted alone, so they do not disturb it."""
     calls -= calls % PER_TURN
-    return (instructions(calls, checkout, workdir) - instructions(0, checkout, workdir)) / calls
+    runs = [(n, checkout) for checkout in checkouts for n in (calls, 0)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counted = pool.map(
+            lambda i: instructions(*runs[i], workdir / f"callgrind.{i}"), range(len(runs))
+        )
+        counts = dict(zip(runs, counted, strict=True))
+    return {c: (counts[(calls, c)] - counts[(0, c)]) / calls for c in checkouts}
 
 
 def main() -> int:
@@ -111,11 +120,10 @@ def main() -> int:
             parser.error(f"--against {args.against}: not a checkout of authn-gateway")
         checkouts.append(args.against.resolve())
     print(f"instructions per cache hit through the edge protocol (callgrind; {args.calls} less 0):")
-    counted = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for checkout in checkouts:
-            counted[checkout] = per_hit(args.calls, checkout, Path(tmp))
-            print(f"  {checkout!s:<50} {counted[checkout]:>10,.0f}", flush=True)
+        counted = per_hit(args.calls, checkouts, Path(tmp))
+    for checkout in checkouts:
+        print(f"  {checkout!s:<50} {counted[checkout]:>10,.0f}")
     if args.against is not None:
         print(f"this checkout / {args.against}: {counted[here] / counted[checkouts[1]]:.2f}")
     return 0

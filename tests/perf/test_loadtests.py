@@ -202,7 +202,7 @@ def test_the_bench_against_another_checkout_runs_as_documented(tmp_path: Path) -
 @pytest.mark.exclusive
 def test_the_hit_instruction_count_runs_as_documented() -> None:
     # docs/benchmarks.md quotes `python -m loadtests.hitcount`: two programs under
-    # valgrind (~50 s each, most of it start-up), one turn of 16 hits counted.
+    # valgrind side by side (~50 s each, most of it start-up), one turn of 16 hits.
     out = run_documented("loadtests.hitcount", "--calls", "16")
     row = next(line for line in out.splitlines() if line.startswith(f"  {REPO}"))
     assert int(row.split()[-1].replace(",", "")) > 10_000, out  # instructions per hit
