@@ -5,7 +5,8 @@
 #   unit     tests/unit: in process, no servers; under a minute; fails fast (-x)
 #   process  tests/process: real Redis, slapd, Keystone, gateway processes, on loopback
 #   deploy   tests/deploy: what deploy/ and the docs ship (kustomize, promtool, policies)
-#   perf     tests/perf: benchmarks and load tests; saturate both cores, so run alone
+#   perf     tests/perf: benchmarks and load tests, after the others; the documented
+#            commands two at a time (perf-cmds), what needs the machine alone (exclusive)
 #
 #   ./scripts/test.sh                  # everything
 #   ./scripts/test.sh tests/unit -k x  # extra arguments go to one pytest run, as given
@@ -82,6 +83,9 @@ if ! phase unit .venv/bin/pytest -q -x tests/unit; then
 fi
 phase process .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile tests/process
 phase deploy .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile tests/deploy
-phase perf .venv/bin/pytest -q tests/perf
+# The perf tier: documented commands whose checks hold on a busy machine two at a time,
+# then what needs the machine to itself (marked exclusive) alone.
+phase perf-cmds .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist load -m "not exclusive" tests/perf
+phase perf .venv/bin/pytest -q -m exclusive tests/perf
 report
 exit $failed
