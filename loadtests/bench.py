@@ -565,8 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None and not (args.against / "authn_gateway").is_dir():
         print(f"--against {args.against}: not a checkout of authn-gateway", file=sys.stderr)
         return 2
-    quiet_redis = args.no_redis or args.tls or args.against is not None
-    for tool in ("wrk", *(() if quiet_redis else ("redis-server",))):
+    without_redis = args.no_redis or args.tls or args.against is not None
+    for tool in ("wrk", *(() if without_redis else ("redis-server",))):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed (Debian package {tool.split('-')[0]})", file=sys.stderr)
             return 2
@@ -580,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.enter_context(process(pinned(1, idp_cmd), idp_port, workdir / "idp.log"))
         idp_url = f"http://127.0.0.1:{idp_port}/userinfo"
         redis_url = None
-        if not quiet_redis:
+        if not without_redis:
             rport = free_port()
             redis_cmd = ["redis-server", "--port", str(rport), "--bind", "127.0.0.1"]
             redis_cmd += ["--save", "", "--appendonly", "no"]
