@@ -5,7 +5,8 @@ A frozen dataclass sets each field through ``object.__setattr__`` and costs abou
 (docs/decisions.md, "One review path, one coroutine"). A cache hit builds several (the
 verdict, the parsed request, the route), so these are slots dataclasses at run time and
 frozen dataclasses to mypy (``dataclass_transform(frozen_default=True)``): assigning to
-a field is a type error, caught in CI, not at run time.
+a field is a type error, caught in CI, not at run time. Unlike a frozen dataclass, such a
+record is not hashable at run time: do not make one a set member or a dict key.
 """
 
 from __future__ import annotations
