@@ -1,0 +1,76 @@
+"""A config file to a :class:`GatewayConfig`, or a :class:`ConfigError` whose lines
+name the file and the field."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from authn_gateway.config.safe_yaml import UniqueKeyLoader, yaml_problem
+from authn_gateway.config.schema import BACKEND_TYPES, GatewayConfig
+
+EMBEDDED_DEFAULT = "default.yaml"
+
+
+class ConfigError(Exception):
+    """Invalid configuration. ``str()`` is one line per problem, never a secret value."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for i, item in enumerate(loc):
+        if isinstance(item, int):
+            if parts:
+                parts[-1] += f"[{item}]"
+            else:
+                parts.append(f"[{item}]")
+            continue
+        # Discriminated unions add the type tag to the location; it is noise to a reader.
+        if i > 0 and isinstance(loc[i - 1], int) and item in BACKEND_TYPES:
+            continue
+        parts.append(str(item))
+    return ".".join(parts)
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors(include_input=False, include_url=False):
+        path = _field_path(tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        problems.append(f"{path}: {msg}" if path else msg)
+    return problems
+
+
+def parse_config(text: str, source: str) -> GatewayConfig:
+    try:
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [yaml_problem(exc)]) from None
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["top level must be a mapping"])
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, _format_errors(exc)) from None
+
+
+def load_config(path: Path | None) -> GatewayConfig:
+    """Load and validate ``path``, or the embedded default when ``path`` is None."""
+    if path is None:
+        text = resources.files("authn_gateway").joinpath(EMBEDDED_DEFAULT).read_text()
+        return parse_config(text, f"<embedded {EMBEDDED_DEFAULT}>")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text (byte {exc.start})"]) from None
+    return parse_config(text, str(path))

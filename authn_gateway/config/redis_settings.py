@@ -1,0 +1,70 @@
+"""The ``redis:`` section: fleet mode, where replicas share their state."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from redis.connection import parse_url
+
+from backends.settings import PositiveFloat, Secret, Strict
+
+
+class RedisSettings(Strict):
+    """Fleet mode: replicas share cache, breaker state, buckets and coalescing leases."""
+
+    # redis://, rediss:// (TLS) or unix:// URL. Credentials may be in the URL.
+    url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    # Sentinel instead of url: "host:port" of each sentinel, and the master's name.
+    sentinels: list[str] = Field(default_factory=list)
+    sentinel_master: str = "mymaster"
+    # Redis Cluster: url names one node; the client discovers the rest.
+    cluster: bool = False
+    password: Secret | None = None
+    key_prefix: str = Field(default="authn-gw", pattern=r"^[A-Za-z0-9:_-]+$")
+    # Every Redis call's deadline. Past it that call uses local state. Measured from the
+    # gateway under load on a shared 2-core host: p99 5-50 ms at load average ~4, with a
+    # few calls per run past 0.1 s (docs/benchmarks.md, "Fleet guarantees"); one late
+    # answer is a busy host or Redis, not a dead one.
+    timeout_seconds: PositiveFloat = 0.25
+    # Late answers in a row that switch the replica to local mode (a refused or reset
+    # connection switches it at once).
+    slow_calls_to_local: int = Field(default=3, ge=1)
+    # While Redis is unreachable, how often to try it again.
+    retry_seconds: PositiveFloat = 1.0
+    # Breaker transitions are published (pub/sub) and adopted within milliseconds; this
+    # poll is only the safety net for a message lost while the subscriber reconnects.
+    breaker_sync_seconds: PositiveFloat = 1.0
+    # While Redis is down each replica runs on 1/n of the fleet's bucket, failures to open
+    # and in-flight ceiling: n is the larger of this and the replicas seen heartbeating
+    # in Redis in the last 15 s (a replica that never reached Redis knows only this).
+    expected_replicas: int = Field(default=3, ge=1)
+    # Longest a replica waits for another replica's call on the same cold token.
+    coalesce_wait_seconds: PositiveFloat = 3.0
+    # When Redis answers again (it may have come back empty), each replica writes its
+    # live local identities back, at most this many per second, most recently used
+    # first, never over an entry Redis holds. 500/s: 100 000 identities in 200 s, for
+    # about half the client CPU of 500 cache writes a second (docs/decisions.md).
+    write_back_per_second: int = Field(default=500, ge=1, le=100_000)
+    # How often each replica counts the identities in Redis
+    # (authn_gateway_shared_cache_identities). An emptied Redis is noticed apart from
+    # this, every second (cache/repair.py).
+    count_shared_seconds: PositiveFloat = 15.0
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RedisSettings:
+        if (self.url is None) == (not self.sentinels):
+            raise ValueError("set exactly one of url or sentinels")
+        if self.url is not None:
+            try:
+                parse_url(self.url)  # type: ignore[no-untyped-call]
+            except ValueError:
+                # redis' own parser, as serve uses it; its message may quote a password.
+                raise ValueError(
+                    "url: not a valid Redis URL (check the port and database)"
+                ) from None
+        for i, sentinel in enumerate(self.sentinels):
+            host, _, port = sentinel.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"sentinels[{i}]: must be host:port")
+        if self.cluster and self.sentinels:
+            raise ValueError("cluster: cannot be combined with sentinels")
+        return self
