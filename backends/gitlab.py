@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
 from cachetools import TTLCache
@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable, UserInfo
 from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
 from backends.context import WireTime
+from backends.durations import Age, count
 from backends.http import (
     PoolSettings,
     TLSClientSettings,
@@ -44,7 +45,7 @@ from backends.http import (
     unsendable,
 )
 from backends.registry import register
-from backends.settings import BackendSettings, NonNegativeFloat, Strict
+from backends.settings import BackendSettings, Strict
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ class GitLabGroupSettings(Strict):
     prefix: str = ""
     # Groups are cached per user, apart from the token cache: they change rarely and
     # cost one call per 100 groups.
-    cache_ttl_seconds: NonNegativeFloat = 300.0
-    cache_max_users: int = Field(default=10_000, ge=1)
+    cache_ttl_seconds: Age = 300.0
+    cache_max_users: Annotated[int, count()] = 10_000
     # A user with more pages than this is rejected rather than given half their groups.
     max_pages: int = Field(default=10, ge=1, le=100)
 

@@ -17,13 +17,14 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from http.cookiejar import Cookie, CookieJar
 from pathlib import Path
+from typing import Annotated
 
 import httpx
-from pydantic import Field
 
 from backends.base import BackendConfigError, Rejected, Unavailable
 from backends.budget import BudgetedTransport, CallBudget, CallHeldBack
 from backends.context import WireTime
+from backends.durations import HOUR, count, finite
 from backends.settings import Strict, TimeoutSettings
 from backends.wire import ANSWERED, BODY_READ, CONNECTING, SENDING, AiohttpWire
 
@@ -38,14 +39,14 @@ class TLSClientSettings(Strict):
 
 
 class PoolSettings(Strict):
-    max_connections: int = Field(default=100, ge=1)
+    max_connections: Annotated[int, count(le=100_000)] = 100
     # 0 turns keep-alive off. Any other value keeps it on: idle connections, up to
     # max_connections, close after keepalive_expiry_seconds (aiohttp's pool has no
     # separate cap on idle ones).
-    max_keepalive_connections: int = Field(default=20, ge=0)
+    max_keepalive_connections: Annotated[int, count(ge=0, le=100_000)] = 20
     # Some IdPs (Keystone behind uWSGI) close every connection; a short expiry keeps
     # the pool from handing out sockets the server already dropped.
-    keepalive_expiry_seconds: float = Field(default=5.0, ge=0)
+    keepalive_expiry_seconds: Annotated[float, finite(ge=0, le=HOUR)] = 5.0
 
 
 # What a request sent on a connection the server already closed runs into.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
 from pydantic import Field, model_validator
@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 from backends.base import Authenticated, Backend, Outcome, Rejected, Unavailable
 from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
+from backends.durations import finite
 from backends.http import (
     PoolSettings,
     TLSClientSettings,
@@ -87,7 +88,7 @@ class IntrospectionSettings(BackendSettings, ClaimRules):
     # Required: which tokens are meant for this cluster.
     accept: AcceptSettings
     # How far ahead nbf may be, as for jwt (kube's one minute); exp has no leeway.
-    clock_skew_seconds: float = Field(default=idtoken.KUBE_NBF_LEEWAY_SECONDS, ge=0, le=600)
+    clock_skew_seconds: Annotated[float, finite(ge=0, le=600)] = idtoken.KUBE_NBF_LEEWAY_SECONDS
 
     def build(self, budget: CallBudget = UNLIMITED) -> Backend:
         # One call per review, paid by the stack's budget layer: no follow-ups to budget.

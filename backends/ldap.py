@@ -65,6 +65,7 @@ from backends.base import (
 )
 from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
+from backends.durations import Interval
 from backends.http import TLSClientSettings
 from backends.registry import register
 from backends.settings import BackendSettings, Secret, Strict
@@ -104,7 +105,7 @@ class LDAPPoolSettings(Strict):
     # A service connection idle this long is replaced before use: firewalls, and AD
     # (MaxConnIdleTime, 900 s), drop idle connections silently, and a silent drop
     # would cost a whole read timeout to notice.
-    max_idle_seconds: float = Field(default=300.0, gt=0)
+    max_idle_seconds: Interval = 300.0
 
 
 class LDAPGroupSettings(Strict):

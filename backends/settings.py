@@ -4,7 +4,8 @@ Defaults and validation sit next to the field they belong to. Backend modules
 subclass :class:`BackendSettings` and register it (:mod:`backends.registry`);
 :mod:`authn_gateway.config` assembles the file.
 
-Rates are written the way limits writes them ("50/second", "3000/minute").
+Every number is finite and bounded (:mod:`backends.durations`); rates are written the
+way limits writes them ("50/second", "3000/minute").
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import limits
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -25,14 +25,7 @@ from pydantic import (
 
 from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
-
-
-def per_second(rate: str | float) -> float:
-    """``"50/second"``, ``"3000/minute"`` or a plain number per second."""
-    if isinstance(rate, int | float):
-        return float(rate)
-    item = limits.parse(rate)
-    return item.amount / item.get_expiry()
+from backends.durations import Age, Interval, Rate, Timeout, Wait, count, finite
 
 
 class Strict(BaseModel):
@@ -77,35 +70,31 @@ def _resolve_secret(value: Any) -> Any:
 #: A secret given literally, as ``env:NAME`` or as ``file:/path``. Never printed.
 Secret = Annotated[SecretStr, BeforeValidator(_resolve_secret)]
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-#: Calls per second: a number, or limits' notation such as "3000/minute".
-Rate = Annotated[
-    float, BeforeValidator(lambda v: per_second(v) if isinstance(v, str) else v), Field(gt=0)
-]
-NonNegativeFloat = Annotated[float, Field(ge=0)]
+#: A share of calls, (0, 1].
+Share = Annotated[float, finite(gt=0, le=1)]
 
 
 class TimeoutSettings(Strict):
     """Deadlines for one backend call; well under kube-apiserver's 30 s webhook timeout."""
 
-    connect_seconds: PositiveFloat = 1.0
-    read_seconds: PositiveFloat = 2.0
-    total_seconds: PositiveFloat = 2.0
+    connect_seconds: Timeout = 1.0
+    read_seconds: Timeout = 2.0
+    total_seconds: Timeout = 2.0
 
 
 class CacheSettings(Strict):
-    positive_ttl_seconds: NonNegativeFloat = 300.0
-    negative_ttl_seconds: NonNegativeFloat = 30.0
+    positive_ttl_seconds: Age = 300.0
+    negative_ttl_seconds: Age = 30.0
     # Negative TTLs are spread by +/- this fraction so expiries don't synchronise.
-    negative_jitter: Annotated[float, Field(ge=0, le=0.5)] = 0.1
+    negative_jitter: Annotated[float, finite(ge=0, le=0.5)] = 0.1
     # How long past its TTL a positive entry may be served while the IdP cannot
     # answer. 0 disables serving stale identities. Read when an entry is: a reload that
     # raises or lowers it applies at once to every entry already cached.
-    max_stale_seconds: NonNegativeFloat = 3600.0
+    max_stale_seconds: Age = 3600.0
     # How long past its TTL an identity is kept (in process and in Redis), whatever
     # max_stale says: the ceiling up to which max_stale_seconds can be raised later
     # and still reach the entries cached before. Capped by the token's expiry.
-    keep_stale_seconds: NonNegativeFloat = 86400.0
+    keep_stale_seconds: Age = 86400.0
     # Answer a known user's entry past its TTL (within max_stale) at once and refresh
     # it in the background, so a slow IdP adds no latency to known users. Off: a
     # revoked token then stays accepted until the refresh answers (docs/security.md).
@@ -129,10 +118,10 @@ class FailureRateSettings(Strict):
     member, 30 % 503s), which the consecutive count never sees.
     """
 
-    threshold: Annotated[float, Field(gt=0, le=1)] = 0.5
-    window_seconds: PositiveFloat = 30.0
+    threshold: Share = 0.5
+    window_seconds: Interval = 30.0
     # Fewer calls than this in the window say nothing: quiet periods must not trip it.
-    min_calls: Annotated[int, Field(ge=1)] = 20
+    min_calls: Annotated[int, count(le=1_000_000)] = 20
 
 
 class SlowCallSettings(Strict):
@@ -146,11 +135,11 @@ class SlowCallSettings(Strict):
 
     # A call that took at least this long is slow; unset: half the backend's
     # timeouts.total_seconds.
-    duration_threshold_seconds: PositiveFloat | None = None
-    rate_threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
-    window_seconds: PositiveFloat = 10.0
+    duration_threshold_seconds: Timeout | None = None
+    rate_threshold: Share = 0.8
+    window_seconds: Interval = 10.0
     # Fewer calls than this in the window never trip it.
-    min_calls: Annotated[int, Field(ge=1)] = 20
+    min_calls: Annotated[int, count(le=1_000_000)] = 20
 
 
 #: breaker.max_retry_after_seconds unless set: the longest one IdP answer holds a path back.
@@ -159,30 +148,30 @@ DEFAULT_MAX_RETRY_AFTER_SECONDS = 300.0
 
 class BreakerSettings(Strict):
     # Consecutive unavailable answers that open the breaker.
-    fail_max: Annotated[int, Field(ge=1)] = 5
-    reset_timeout_seconds: PositiveFloat = 10.0
+    fail_max: Annotated[int, count(le=1_000_000)] = 5
+    reset_timeout_seconds: Interval = 10.0
     # Calls admitted while half-open, in total (fleet-wide with Redis).
-    half_open_probes: Annotated[int, Field(ge=1)] = 1
+    half_open_probes: Annotated[int, count(le=10_000)] = 1
     # Optional second trip condition; off when unset.
     failure_rate: FailureRateSettings | None = None
     # Longest the breaker stays open because the IdP said so (Retry-After,
     # RateLimit-Reset); longer requests are cut to this.
-    max_retry_after_seconds: PositiveFloat = DEFAULT_MAX_RETRY_AFTER_SECONDS
+    max_retry_after_seconds: Interval = DEFAULT_MAX_RETRY_AFTER_SECONDS
     # Slow-call trip condition; on by default, off with `slow_calls: null`.
     slow_calls: SlowCallSettings | None = Field(default_factory=SlowCallSettings)
     # While an operator forces the breaker closed nothing sheds a hanging IdP, so a
     # review that has a stale entry waits at most this long before it is answered
     # stale (the call goes on in the background and refreshes the entry).
-    forced_closed_stale_wait_seconds: PositiveFloat = 0.5
+    forced_closed_stale_wait_seconds: Timeout = 0.5
 
 
 class BucketSettings(Strict):
     """Token bucket on calls *to* the IdP (R per second, burst B)."""
 
     rate: Rate = 50.0
-    burst: Annotated[int, Field(ge=1)] = 100
+    burst: Annotated[int, count()] = 100
     # Wait this long for a token before answering from stale cache or unavailable.
-    max_wait_seconds: NonNegativeFloat = 0.0
+    max_wait_seconds: Wait = 0.0
 
 
 class ConcurrencySettings(Strict):
@@ -193,13 +182,13 @@ class ConcurrencySettings(Strict):
     """
 
     enabled: bool = True
-    initial_limit: Annotated[int, Field(ge=1)] = 20
-    min_limit: Annotated[int, Field(ge=1)] = 1
-    max_limit: Annotated[int, Field(ge=1)] = 200
+    initial_limit: Annotated[int, count(le=100_000)] = 20
+    min_limit: Annotated[int, count(le=100_000)] = 1
+    max_limit: Annotated[int, count(le=100_000)] = 200
     # Calls the limit lets wait in the IdP's own queue (low, high). In fleet mode each
     # replica aims at its share: queue / redis.expected_replicas.
-    queue_low: PositiveFloat = 3.0
-    queue_high: PositiveFloat = 6.0
+    queue_low: Annotated[float, finite(gt=0, le=100_000)] = 3.0
+    queue_high: Annotated[float, finite(gt=0, le=100_000)] = 6.0
 
     @model_validator(mode="after")
     def _check_bounds(self) -> ConcurrencySettings:
@@ -210,11 +199,15 @@ class ConcurrencySettings(Strict):
         return self
 
 
+#: A token is inside a review body, which server.max_body_bytes caps at 16 MiB.
+MAX_TOKEN_BYTES = 16 * 1024 * 1024
+
+
 class TokenRules(Strict):
     """Local pre-rejection: tokens that break these never reach the IdP."""
 
-    min_length: Annotated[int, Field(ge=1)] = 1
-    max_length: Annotated[int, Field(ge=1)] = 4096
+    min_length: Annotated[int, count(le=MAX_TOKEN_BYTES)] = 1
+    max_length: Annotated[int, count(le=MAX_TOKEN_BYTES)] = 4096
 
 
 class BackendSettings(Strict):

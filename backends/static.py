@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 from backends.base import Authenticated, Backend, BackendConfigError, Outcome, Rejected, UserInfo
 from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
+from backends.durations import Interval
 from backends.registry import register
 from backends.settings import BackendSettings, Secret, Strict
 
@@ -50,7 +51,7 @@ class StaticSettings(BackendSettings):
     file: Path | None = None
     # Tokens written into the config itself (the embedded demo uses these).
     tokens: list[InlineToken] = Field(default_factory=list)
-    reload_interval_seconds: float = Field(default=2.0, gt=0)
+    reload_interval_seconds: Interval = 2.0
 
     @model_validator(mode="after")
     def _one_source(self) -> StaticSettings:

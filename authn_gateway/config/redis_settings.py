@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, model_validator
 from redis.connection import parse_url
 
-from backends.settings import PositiveFloat, Secret, Strict
+from backends.durations import Interval, Timeout, count
+from backends.settings import Secret, Strict
 
 
 class RedisSettings(Strict):
@@ -24,21 +27,21 @@ class RedisSettings(Strict):
     # gateway under load on a shared 2-core host: p99 5-50 ms at load average ~4, with a
     # few calls per run past 0.1 s (docs/benchmarks.md, "Fleet guarantees"); one late
     # answer is a busy host or Redis, not a dead one.
-    timeout_seconds: PositiveFloat = 0.25
+    timeout_seconds: Timeout = 0.25
     # Late answers in a row that switch the replica to local mode (a refused or reset
     # connection switches it at once).
-    slow_calls_to_local: int = Field(default=3, ge=1)
+    slow_calls_to_local: Annotated[int, count(le=10_000)] = 3
     # While Redis is unreachable, how often to try it again.
-    retry_seconds: PositiveFloat = 1.0
+    retry_seconds: Interval = 1.0
     # Breaker transitions are published (pub/sub) and adopted within milliseconds; this
     # poll is only the safety net for a message lost while the subscriber reconnects.
-    breaker_sync_seconds: PositiveFloat = 1.0
+    breaker_sync_seconds: Interval = 1.0
     # While Redis is down each replica runs on 1/n of the fleet's bucket, failures to open
     # and in-flight ceiling: n is the larger of this and the replicas seen heartbeating
     # in Redis in the last 15 s (a replica that never reached Redis knows only this).
-    expected_replicas: int = Field(default=3, ge=1)
+    expected_replicas: Annotated[int, count(le=10_000)] = 3
     # Longest a replica waits for another replica's call on the same cold token.
-    coalesce_wait_seconds: PositiveFloat = 3.0
+    coalesce_wait_seconds: Timeout = 3.0
     # When Redis answers again (it may have come back empty), each replica writes its
     # live local identities back, at most this many per second, most recently used
     # first, never over an entry Redis holds. 500/s: 100 000 identities in 200 s, for
@@ -47,7 +50,7 @@ class RedisSettings(Strict):
     # How often each replica counts the identities in Redis
     # (authn_gateway_shared_cache_identities). An emptied Redis is noticed apart from
     # this, every second (cache/repair.py).
-    count_shared_seconds: PositiveFloat = 15.0
+    count_shared_seconds: Interval = 15.0
 
     @model_validator(mode="after")
     def _one_target(self) -> RedisSettings:

@@ -21,8 +21,9 @@ from authn_gateway.config.sections import (
 from authn_gateway.config.server import ServerSettings
 from authn_gateway.secret_strength import StrongSecret, secret_weakness
 from backends import load_builtin
+from backends.durations import Timeout
 from backends.registry import settings_types, type_names
-from backends.settings import BackendSettings, CacheSettings, PositiveFloat, Strict
+from backends.settings import BackendSettings, CacheSettings, Strict
 
 # Every backend type registers itself (backends.registry); the union follows.
 load_builtin()
@@ -51,7 +52,7 @@ class GatewayConfig(Strict):
     # Audiences this gateway's tokens are valid for (a backend may override).
     audiences: list[str] = Field(default_factory=list)
     # Every review is answered within this, whatever the backends do.
-    review_deadline_seconds: PositiveFloat = 5.0
+    review_deadline_seconds: Timeout = 5.0
     cache: CacheDefaults = Field(default_factory=CacheDefaults)
     inbound_limit: InboundLimitSettings = Field(default_factory=InboundLimitSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)

@@ -4,12 +4,13 @@ logging, readiness, cache defaults, the inbound limit, admin, markers, the deny 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from authn_gateway.secret_strength import StrongSecret
-from backends.settings import CacheSettings, PositiveFloat, Rate, Strict
+from backends.durations import AGE_MAX, HOUR, YEAR, Interval, Rate, count, finite
+from backends.settings import CacheSettings, Strict
 
 
 class LoggingSettings(Strict):
@@ -22,7 +23,7 @@ class LoggingSettings(Strict):
     queue_lines: int = Field(default=10_000, ge=100, le=10_000_000)
     # Unavailable answers with the same backend and reason: the first in each window
     # is logged, the rest become one review_summary line with a count. 0: every line.
-    outage_summary_seconds: float = Field(default=1.0, ge=0, le=3600)
+    outage_summary_seconds: Annotated[float, finite(ge=0, le=HOUR)] = 1.0
     # The audit log's own queue (server.audit_log); every decision gets a line there.
     audit_queue_lines: int = Field(default=100_000, ge=100, le=10_000_000)
 
@@ -32,20 +33,20 @@ class ReadinessSettings(Strict):
 
     # Until every backend has answered once (a probe of a token no IdP knows), the pod
     # is not ready; after this long it is ready anyway. 0: ready at once.
-    cold_start_grace_seconds: float = Field(default=120.0, ge=0, le=3600)
+    cold_start_grace_seconds: Annotated[float, finite(ge=0, le=HOUR)] = 120.0
 
 
 class CacheDefaults(CacheSettings):
     """Gateway-wide cache defaults; a backend's own ``cache:`` replaces them."""
 
     # Identities kept in each process (LRU among identities only).
-    max_entries: int = Field(default=100_000, ge=1)
+    max_entries: Annotated[int, count()] = 100_000
     # Refusals, in an LRU of their own: a flood of invalid tokens evicts only older
     # refusals, never an identity. With Redis, at most this many are shared per minute.
-    max_negative_entries: int = Field(default=50_000, ge=1)
+    max_negative_entries: Annotated[int, count()] = 50_000
     # Identities of one user, in each process: past this, the user's own oldest goes.
     # One account minting token after token cannot push the other users out.
-    max_entries_per_user: int = Field(default=1000, ge=1)
+    max_entries_per_user: Annotated[int, count()] = 1000
 
 
 class InboundLimitSettings(Strict):
@@ -54,7 +55,7 @@ class InboundLimitSettings(Strict):
     enabled: bool = True
     # A caller is its client-certificate identity, or else its source address.
     rate: Rate = 2000.0
-    burst: int = Field(default=4000, ge=1)
+    burst: Annotated[int, count()] = 4000
 
 
 class AdminSettings(Strict):
@@ -66,8 +67,8 @@ class AdminSettings(Strict):
     token: StrongSecret | None = None
     # A breaker override (force-open / force-closed) lasts this long unless the call
     # says otherwise ("seconds"); repeating the call renews it. At most max seconds.
-    override_default_seconds: int = Field(default=3600, ge=1)
-    override_max_seconds: int = Field(default=86400, ge=1)
+    override_default_seconds: Annotated[int, count(le=int(AGE_MAX))] = 3600
+    override_max_seconds: Annotated[int, count(le=int(AGE_MAX))] = 86400
 
     @model_validator(mode="before")
     @classmethod
@@ -110,6 +111,6 @@ class DenyListSettings(Strict):
     file: Path | None = None
     # How often each replica (or worker) reads the list again; changes made through
     # another replica's admin API arrive at once over Redis, and by then without it.
-    sync_seconds: PositiveFloat = 1.0
+    sync_seconds: Interval = 1.0
     # The longest denial one request may set.
-    max_seconds: int = Field(default=30 * 86400, ge=1)
+    max_seconds: Annotated[int, count(le=int(YEAR))] = 30 * 86400

@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from authn_gateway.secret_strength import StrongSecret
-from backends.settings import PositiveFloat, Strict
+from backends.durations import HOUR, Interval, Timeout, finite
+from backends.settings import Strict
 
 
 class TLSSettings(Strict):
@@ -22,7 +23,7 @@ class TLSSettings(Strict):
     # Mutual TLS: callers must present a certificate signed by this CA (PEM bundle).
     client_ca_file: Path | None = None
     # How often the files' modification times are checked.
-    reload_interval_seconds: PositiveFloat = 10.0
+    reload_interval_seconds: Interval = 10.0
 
 
 class CallerToken(Strict):
@@ -54,12 +55,12 @@ class ServerSettings(Strict):
     # A connection must deliver a complete request head within this (from connecting,
     # or from the first byte of a later request on a kept-alive connection), and
     # finish a TLS handshake within it; else it is closed (408 when a head was begun).
-    header_timeout_seconds: PositiveFloat = 10.0
+    header_timeout_seconds: Timeout = 10.0
     # The body must be complete within this after its head.
-    body_timeout_seconds: PositiveFloat = 10.0
+    body_timeout_seconds: Timeout = 10.0
     # Answers that wait unsent this long (a client that stopped reading them) end the
     # connection; until they are sent nothing more is read from it (docs/operations.md).
-    send_timeout_seconds: PositiveFloat = 10.0
+    send_timeout_seconds: Timeout = 10.0
     # Open connections per process; beyond it new ones are closed at once and counted
     # (authn_gateway_connections_refused_total) while established ones keep working.
     # A connection holds under 200 KiB of RSS whatever it sends, 300 over TLS
@@ -67,10 +68,10 @@ class ServerSettings(Strict):
     # beside a full cache; kube-apiserver needs a handful.
     max_connections: int = Field(default=500, ge=1, le=100_000)
     # Drain in-flight reviews this long on SIGTERM before closing connections.
-    graceful_shutdown_seconds: PositiveFloat = 10.0
+    graceful_shutdown_seconds: Annotated[float, finite(gt=0, le=HOUR)] = 10.0
     # On SIGTERM an idle kept-alive connection waits this long for one more request,
     # answered with "Connection: close", before it is closed (see docs/operations.md).
-    drain_idle_seconds: PositiveFloat = 2.0
+    drain_idle_seconds: Annotated[float, finite(gt=0, le=HOUR)] = 2.0
     # Unset: plain HTTP (the embedded demo default; never for production).
     tls: TLSSettings | None = None
     # Client-certificate identities (Common Name or DNS/URI SAN) that may call.

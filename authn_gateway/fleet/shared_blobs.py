@@ -15,6 +15,7 @@ from typing import Any
 from authn_gateway.fleet.redis_link import RedisDown, RedisLink
 from authn_gateway.fleet.sealing import seal, unseal
 from authn_gateway.keyed_hashes import TokenHasher
+from backends.durations import whole_ms
 
 
 class RedisSharedBlobs:
@@ -49,11 +50,11 @@ class RedisSharedBlobs:
 
     async def put(self, name: str, value: bytes, ttl_seconds: float) -> None:
         key, blob = self._key(name), seal(self._hasher, self._context(name), value)
-        ttl_ms = max(1, int(ttl_seconds * 1000))
+        ttl_ms = whole_ms(ttl_seconds)
         await self._link.best_effort("shared_put", lambda r: r.set(key, blob, px=ttl_ms))
 
     async def claim(self, name: str, ttl_seconds: float) -> bool:
-        key, ttl_ms = self._key(name), max(1, int(ttl_seconds * 1000))
+        key, ttl_ms = self._key(name), whole_ms(ttl_seconds)
 
         async def take(r: Any) -> bool:
             return bool(await r.set(key, self._replica, nx=True, px=ttl_ms))

@@ -26,6 +26,7 @@ from authn_gateway.revocation.bus import OPS, Event, Handler
 from authn_gateway.revocation.denylist import DenyEntry, parse_entries
 from authn_gateway.revocation.subject import BadSubject, Subject
 from authn_gateway.tasks import STOP_PATIENCE, cancel_and_wait
+from backends.durations import whole_ms
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class RedisBus:
         self._reader = reader
         self.origin = origin
         self._key = link.key("revocations")
-        self._block_ms = int(block_seconds * 1000)
+        self._block_ms = whole_ms(block_seconds)
         self._retry = retry_seconds
         self._handlers: list[Handler] = []
         self._task: asyncio.Task[None] | None = None

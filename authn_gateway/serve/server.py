@@ -38,6 +38,7 @@ from authn_gateway.review.pipeline import GATEWAY
 from authn_gateway.serve.app import GatewayApp, Receive, Scope, Send
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.reloader import Reloader
+from backends.durations import whole_seconds
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig, edge: EdgeLimits) -> _Uvico
         http=GatewayHttpProtocol,
         # Callers are identified by certificate, token or socket address, never by a header.
         proxy_headers=False,
-        timeout_graceful_shutdown=int(s.graceful_shutdown_seconds),
+        timeout_graceful_shutdown=whole_seconds(s.graceful_shutdown_seconds),
         # kube-apiserver keeps one connection open for all its calls.
         timeout_keep_alive=75,
         server_header=False,

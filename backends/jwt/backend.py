@@ -15,7 +15,7 @@ import contextlib
 import ssl
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
 import jwt
@@ -33,6 +33,7 @@ from backends.base import (
 )
 from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
+from backends.durations import Age, Interval, finite
 from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
 from backends.jws import is_canonical
 from backends.jwt import idtoken
@@ -44,8 +45,6 @@ from backends.jwt.token import Unverified, peek
 from backends.registry import register
 from backends.settings import (
     BackendSettings,
-    NonNegativeFloat,
-    PositiveFloat,
     Strict,
     TokenRules,
 )
@@ -58,16 +57,16 @@ class KeyFetchSettings(Strict):
     """How the issuer's keys are fetched and kept (not in kube's schema)."""
 
     # An unknown kid triggers at most one fetch per this; in between it is refused.
-    min_refresh_seconds: PositiveFloat = 30.0
+    min_refresh_seconds: Interval = 30.0
     # Lifetime of a key set whose response has no Cache-Control max-age.
-    refresh_seconds: PositiveFloat = 300.0
+    refresh_seconds: Interval = 300.0
     # Upper bound on a lifetime the issuer asks for.
-    max_refresh_seconds: PositiveFloat = 86400.0
+    max_refresh_seconds: Interval = 86400.0
     # While the issuer is down, the last good set verifies this long past its lifetime.
-    max_stale_seconds: NonNegativeFloat = 86400.0
+    max_stale_seconds: Age = 86400.0
     # Back-off after failed fetches doubles from min_refresh_seconds up to this; an
     # issuer's Retry-After is honoured up to this too, never longer.
-    max_backoff_seconds: PositiveFloat = 300.0
+    max_backoff_seconds: Interval = 300.0
 
 
 @register
@@ -79,7 +78,7 @@ class JWTSettings(BackendSettings, ClaimRules):
     keys: KeyFetchSettings = Field(default_factory=KeyFetchSettings)
     # How far ahead nbf may be: kube's one minute by default. exp has no leeway and
     # iat is not checked, as in kube (docs/backends/jwt.md).
-    clock_skew_seconds: float = Field(default=idtoken.KUBE_NBF_LEEWAY_SECONDS, ge=0, le=600)
+    clock_skew_seconds: Annotated[float, finite(ge=0, le=600)] = idtoken.KUBE_NBF_LEEWAY_SECONDS
     # JWTs with many groups (Azure AD, Keycloak) run past the gateway's 4096 default.
     token_rules: TokenRules = Field(default_factory=lambda: TokenRules(max_length=16384))
     pool: PoolSettings = Field(default_factory=PoolSettings)

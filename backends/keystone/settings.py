@@ -11,9 +11,10 @@ from pydantic import Field, model_validator
 
 from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
+from backends.durations import AGE_MAX, Age, Interval, count, finite
 from backends.http import PoolSettings, TLSClientSettings
 from backends.registry import build_registered, register
-from backends.settings import BackendSettings, NonNegativeFloat, PositiveFloat, Secret, Strict
+from backends.settings import MAX_TOKEN_BYTES, BackendSettings, Secret, Strict
 
 Scope = Literal["project", "domain", "system", "unscoped"]
 ALL_SCOPES: tuple[Scope, ...] = ("project", "domain", "system", "unscoped")
@@ -119,11 +120,11 @@ class ServiceCredentials(Strict):
 
 class ServiceTokenSettings(Strict):
     # Refresh this long before the token's expires_at (at most half its lifetime).
-    refresh_before_expiry_seconds: PositiveFloat = 300.0
+    refresh_before_expiry_seconds: Interval = 300.0
     # After a failed login, or a 401 on a fresh token, wait this long before the next
     # login; doubled on every further failure up to the maximum, with +/-20% jitter.
-    reauth_backoff_initial_seconds: PositiveFloat = 1.0
-    reauth_backoff_max_seconds: PositiveFloat = 30.0
+    reauth_backoff_initial_seconds: Interval = 1.0
+    reauth_backoff_max_seconds: Interval = 30.0
 
     @model_validator(mode="after")
     def _check_backoff(self) -> ServiceTokenSettings:
@@ -138,11 +139,11 @@ class GroupLookupSettings(Strict):
     """``GET /v3/users/{id}/groups``: needs a system-scoped service token."""
 
     enabled: bool = True
-    cache_ttl_seconds: PositiveFloat = 300.0
+    cache_ttl_seconds: Annotated[float, finite(gt=0, le=AGE_MAX)] = 300.0
     # Last known groups are served this long past their TTL while Keystone cannot list them.
-    max_stale_seconds: NonNegativeFloat = 3600.0
-    max_entries: Annotated[int, Field(ge=1)] = 10_000
-    max_pages: Annotated[int, Field(ge=1)] = 20
+    max_stale_seconds: Age = 3600.0
+    max_entries: Annotated[int, count()] = 10_000
+    max_pages: Annotated[int, count(le=10_000)] = 20
 
 
 @register
@@ -163,7 +164,7 @@ class KeystoneSettings(BackendSettings):
     # Refuse, without asking Keystone, strings that cannot be fernet tokens. Only for
     # deployments whose token provider is fernet (not JWS).
     fernet_precheck: bool = False
-    fernet_max_length: Annotated[int, Field(ge=FERNET_MIN_LENGTH)] = 2048
+    fernet_max_length: Annotated[int, count(ge=FERNET_MIN_LENGTH, le=MAX_TOKEN_BYTES)] = 2048
     tls: TLSClientSettings = Field(default_factory=TLSClientSettings)
     pool: PoolSettings = Field(default_factory=PoolSettings)
 

@@ -37,6 +37,7 @@ from authn_gateway.layers.breaker.override import Overridden, Override, Override
 from authn_gateway.layers.breaker.rates import FailureRate, SlowCalls
 from authn_gateway.layers.breaker.transitions import CLOSED, HALF_OPEN, OPEN, Event, lua_rows, step
 from backends.base import Outcome, Unavailable
+from backends.durations import whole_ms
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class FleetBreaker(Overridden):
         self._reset_timeout = reset_timeout
         self._probes = probes
         self._max_in_flight = max_in_flight
-        self._slot_ttl_ms = int(slot_ttl * 1000)
+        self._slot_ttl_ms = whole_ms(slot_ttl)
         self._link = link
         self._local = local
         self._spawn = spawn

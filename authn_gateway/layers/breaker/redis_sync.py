@@ -21,6 +21,7 @@ from authn_gateway.layers.breaker.redis import FleetBreaker, decoded
 from authn_gateway.layers.breaker.redis_overrides import RedisOverrides, forced_fields, forced_from
 from authn_gateway.layers.breaker.transitions import CLOSED
 from authn_gateway.tasks import STOP_PATIENCE, cancel_and_wait
+from backends.durations import whole_ms
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class BreakerSync:
                 "breaker_views",
                 VIEWS,
                 [self.views_key],
-                ["put", REPLICA_ID, orjson.dumps(view), int(self.view_ttl * 1000)],
+                ["put", REPLICA_ID, orjson.dumps(view), whole_ms(self.view_ttl)],
             )
 
     async def views(self) -> list[dict[str, Any]] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from authn_gateway.layers.bucket.gcra import EPSILON, BucketStore, TokenBucket, gcra
 from authn_gateway.layers.bucket.memory import InboundLimiter, MemoryBucketStore
-from backends.settings import per_second
+from backends.durations import per_second
 
 __all__ = [
     "EPSILON",

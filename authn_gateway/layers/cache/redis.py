@@ -55,6 +55,7 @@ from authn_gateway.layers.cache.repair import SharedTierRepair
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.revocation.subject import Subject, subjects_of
 from backends.base import Authenticated, Rejected, UserInfo
+from backends.durations import whole_ms
 from backends.flight import SingleFlight
 
 log = logging.getLogger(__name__)
@@ -255,7 +256,8 @@ class TieredCacheStore:
     def _ttl_ms(self, entry: CacheEntry, now: float) -> int:
         """The entry's remaining lifetime in Redis (refusals: at most the budget window).
         Kept as long as a later raise of max_stale could still serve it (kept_until)."""
-        ttl_ms = int((entry.kept_until - now) * 1000)
+        # Clamped: an entry read back from Redis may say anything its writer's config did.
+        ttl_ms = whole_ms(entry.kept_until - now, at_least=0)
         if not entry.positive:
             ttl_ms = min(ttl_ms, int(NEGATIVE_WINDOW_SECONDS * 1000))
         return ttl_ms

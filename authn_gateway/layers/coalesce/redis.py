@@ -15,6 +15,7 @@ from authn_gateway.fleet.redis_link import REPLICA_ID, RedisDown, RedisLink, lua
 from authn_gateway.layers.coalesce.memory import Call, Recheck
 from authn_gateway.tasks import Background
 from backends.base import Verdict
+from backends.durations import whole_ms
 from backends.flight import SingleFlight
 
 LEASE_RELEASE = lua_script(__package__, "lease_release.lua")
@@ -35,7 +36,7 @@ class LeaseCoalescer:
         self.flights: SingleFlight[Verdict] = SingleFlight(on_join)
         self._backend = backend
         self._link = link
-        self._lease_ms = int(lease * 1000)
+        self._lease_ms = whole_ms(lease)
         self._wait = wait
         self._background = background
 

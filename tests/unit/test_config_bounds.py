@@ -1,0 +1,111 @@
+"""Every number in the config is finite and bounded (issue 36, item 2): ``.inf``,
+``.nan``, ``1e400`` and a 101-digit integer are refused in every int and float field
+of the schema, each with one line naming the field; and the whole-number forms that
+Redis and uvicorn take are clamped before ``int()``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from authn_gateway.config import ConfigError, parse_config
+from backends.durations import WHOLE_MAX_SECONDS, per_second, whole_ms, whole_seconds
+from tests.support.config_helpers import MINIMAL
+from tests.support.config_schema import Spot, document, spots
+
+NUMBERS = [s for s in spots() if s.kind in (int, float)]
+HOSTILE = [math.inf, -math.inf, math.nan, "1e400", 10**100, "9" * 5001]
+
+
+def _default(spot: Spot) -> object:
+    value = spot.field.get_default(call_default_factory=True)
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 1
+
+
+def test_the_walk_finds_the_fields_the_issue_named() -> None:
+    names = {s.name for s in NUMBERS}
+    assert {
+        "server.graceful_shutdown_seconds",
+        "cache.keep_stale_seconds",
+        "backends[0].timeouts.total_seconds",
+        "backends[0].bucket.rate",
+        "inbound_limit.rate",
+        "backends[0].keys.max_stale_seconds",
+    } <= names
+    assert len(NUMBERS) > 200
+
+
+@pytest.mark.parametrize("spot", NUMBERS, ids=lambda s: f"{s.backend or 'gateway'}:{s.name}")
+def test_every_number_field_refuses_what_is_not_a_sane_finite_number(spot: Spot) -> None:
+    # The document is valid with the field's default: the refusal below is the value's.
+    parse_config(yaml.safe_dump(document(spot, _default(spot))), "gw.yaml")
+    for value in HOSTILE:
+        with pytest.raises(ConfigError) as err:
+            parse_config(yaml.safe_dump(document(spot, value)), "gw.yaml")
+        assert len(err.value.problems) == 1, (value, err.value.problems)
+        assert err.value.problems[0].startswith(f"{spot.name}: "), (value, err.value.problems)
+        assert "9" * 50 not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (".inf", "Input should be a finite number"),
+        (".nan", "Input should be a finite number"),
+        ("1e400", "Input should be a finite number"),
+        ("1.0e+400", "Input should be a finite number"),
+        ("301", "Input should be less than or equal to 300"),
+    ],
+)
+def test_an_infinite_timeout_is_one_clear_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(MINIMAL + f"review_deadline_seconds: {text}\n", "gw.yaml")
+    assert err.value.problems == [f"review_deadline_seconds: {message}"]
+
+
+@pytest.mark.parametrize("rate", ["9" * 400 + "/second", "1e400/second", "inf", "50/fortnight"])
+def test_a_rate_that_is_no_rate_is_one_clear_line(rate: str) -> None:
+    text = MINIMAL.replace("type: static", f"type: static\n    bucket: {{rate: '{rate}'}}")
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "gw.yaml")
+    [problem] = err.value.problems
+    assert problem.startswith("backends[0].bucket.rate: "), problem
+    assert "9" * 50 not in problem
+
+
+def test_rates_in_limits_notation_are_per_second() -> None:
+    assert per_second("3000/minute") == 50.0
+    assert per_second(7) == 7.0
+    with pytest.raises(ValueError, match="rate such as 50/second"):
+        per_second("9" * 400 + "/second")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ms"),
+    [
+        (0.25, 250),
+        (0.0, 1),
+        (-5.0, 1),
+        (math.inf, int(WHOLE_MAX_SECONDS * 1000)),
+        (1e400, int(WHOLE_MAX_SECONDS * 1000)),
+        (-math.inf, 1),
+        (math.nan, 1),
+    ],
+)
+def test_whole_ms_is_clamped_before_int(seconds: float, ms: int) -> None:
+    assert whole_ms(seconds) == ms
+
+
+def test_whole_ms_may_keep_zero_for_an_expired_entry() -> None:
+    assert whole_ms(-3.0, at_least=0) == 0
+    assert whole_ms(2.5, at_least=0) == 2500
+
+
+@pytest.mark.parametrize(
+    ("seconds", "whole"),
+    [(10.0, 10), (0.5, 0), (math.inf, int(WHOLE_MAX_SECONDS)), (math.nan, 0), (-1.0, 0)],
+)
+def test_whole_seconds_is_clamped_before_int(seconds: float, whole: int) -> None:
+    assert whole_seconds(seconds) == whole
