@@ -16,6 +16,7 @@ from authn_gateway import __version__, admin_cli
 from authn_gateway.config import ConfigError, GatewayConfig, ServerSettings, load_config
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.review.tokenreview import API_VERSIONS, describe, render_verdict
+from backends.context import DEFAULT_CLUSTER
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="AUD",
         help="requested audience (repeatable)",
+    )
+    review.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="review as a kube-apiserver of this cluster (clusters[].name; default: the "
+        "cluster 'default')",
     )
     admin_cli.add_parser(sub)
     return parser
@@ -157,16 +164,18 @@ async def _review(
     token: str,
     api_version: str,
     audiences: tuple[str, ...],
+    cluster: str,
 ) -> tuple[bytes, str]:
     from authn_gateway.serve.gateway import Gateway
 
     gateway = Gateway(config, source=str(source))
     await gateway.start()
     try:
-        verdict = await gateway.pipeline.review(token, audiences, caller="cli")
+        verdict = await gateway.pipeline.review(token, audiences, caller="cli", cluster=cluster)
     finally:
         await gateway.close()
-    return render_verdict(api_version, verdict, gateway.markers).body, describe(verdict)
+    note = f"cluster {cluster}: {describe(verdict)}"
+    return render_verdict(api_version, verdict, gateway.markers).body, note
 
 
 def cmd_review(args: argparse.Namespace) -> int:
@@ -178,10 +187,25 @@ def cmd_review(args: argparse.Namespace) -> int:
     if not token:
         print("no token given (argument or stdin)", file=sys.stderr)
         return 2
+    clusters = [DEFAULT_CLUSTER, *(c.name for c in config.clusters if c.name != DEFAULT_CLUSTER)]
+    cluster = args.cluster or DEFAULT_CLUSTER
+    if cluster not in clusters:
+        print(
+            f"--cluster: no cluster is named {cluster!r} (the config has: {', '.join(clusters)})",
+            file=sys.stderr,
+        )
+        return 2
     source = args.config or "<embedded default.yaml>"
     try:
         body, note = asyncio.run(
-            _review(config, source, token, API_VERSIONS[args.api_version], tuple(args.audience))
+            _review(
+                config,
+                source,
+                token,
+                API_VERSIONS[args.api_version],
+                tuple(args.audience),
+                cluster,
+            )
         )
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)

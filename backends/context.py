@@ -17,6 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+#: The cluster of callers that match no configured cluster (and of every caller when
+#: no ``clusters:`` are configured): it shares each IdP like any other.
+DEFAULT_CLUSTER = "default"
+
 
 class InboundLimit(Protocol):
     """The per-caller limit on reviews that need an IdP call (review/inbound.py)."""
@@ -37,6 +41,9 @@ class ReviewContext:
     #: Who asked (a client-certificate identity or a source address), for the inbound
     #: limit and nothing else.
     caller: str = ""
+    #: The cluster the caller belongs to (a configured name, or :data:`DEFAULT_CLUSTER`):
+    #: the concurrency and budget layers share each IdP between clusters by weight.
+    cluster: str = DEFAULT_CLUSTER
     #: The per-caller limit, charged once per review, only by a cache miss (None: off).
     inbound: InboundLimit | None = None
     #: Called once if the caller's charge is refused (a metric).

@@ -251,7 +251,11 @@ async def main(profile: str | None, calls: int = N) -> None:
         ),
         (
             "    metrics (counter + histogram)",
-            timed(lambda: count_review("authentication.k8s.io/v1", "idp", "authenticated", 1e-4)),
+            timed(
+                lambda: count_review(
+                    "authentication.k8s.io/v1", "idp", "authenticated", 1e-4, "default"
+                )
+            ),
         ),
         (
             "    token id for the log (keyed BLAKE2b)",

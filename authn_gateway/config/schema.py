@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Union
 
 from pydantic import Field, model_validator
 
+from authn_gateway.config.clusters import MAX_CLUSTERS, ClusterSettings, cluster_problem
 from authn_gateway.config.redis_settings import RedisSettings
 from authn_gateway.config.sections import (
     AdminSettings,
@@ -64,6 +65,9 @@ class GatewayConfig(Strict):
     # Fleet mode; in-memory state per process when unset.
     redis: RedisSettings | None = None
     backends: list[BackendConfig] = Field(min_length=1)
+    # The kube-apiservers (clusters) this gateway serves, and each one's share of every
+    # IdP (config/clusters.py). Empty: every caller is the cluster "default".
+    clusters: list[ClusterSettings] = Field(default_factory=list, max_length=MAX_CLUSTERS)
 
     @model_validator(mode="after")
     def _secret_from_the_environment(self) -> GatewayConfig:
@@ -111,6 +115,13 @@ class GatewayConfig(Strict):
                     f"backends[{i}].timeouts.total_seconds: must be below "
                     f"review_deadline_seconds ({self.review_deadline_seconds})"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _check_clusters(self) -> GatewayConfig:
+        problem = cluster_problem(self.clusters, self.server, self.backends)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def cache_for(self, backend: BackendSettings) -> CacheSettings:

@@ -19,9 +19,12 @@ CERT_NAMES_KEY = "authn_gateway.cert_names"
 
 
 class CallerAuth:
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, prefer: frozenset[str] = frozenset()) -> None:
         self.required = settings.callers_must_authenticate
         self.allowed_subjects = frozenset(settings.allowed_subjects)
+        # Certificate names that name a cluster (clusters[].subjects): a certificate with
+        # several names is known by the one that says which cluster it is.
+        self.prefer = prefer
         # The config refuses empty tokens; one that got here some other way is dropped
         # (its caller cannot authenticate) rather than compared.
         self.tokens = [
@@ -34,6 +37,9 @@ class CallerAuth:
         """The caller's identity, or None when it has neither an allowed certificate nor a
         valid token. The certificate names were verified by the handshake."""
         if cert_names:
+            for name in cert_names:
+                if name in self.prefer:
+                    return name
             if not self.allowed_subjects:
                 return cert_names[0]
             for name in cert_names:

@@ -154,8 +154,10 @@ class ReviewLog:
         user: str | None = None,
         reason: str | None = None,
         caller: str | None = None,
+        cluster: str | None = None,
     ) -> None:
-        """Queue one review line; fields with no value are left out."""
+        """Queue one review line; fields with no value are left out (``cluster`` is
+        given only when clusters are configured)."""
         if answer == "unavailable" and not self.outages.admit(backend, reason or ""):
             return
         if self._json:
@@ -170,7 +172,12 @@ class ReviewLog:
             }
             if stale:
                 doc["stale"] = True
-            for key, value in (("user", user), ("reason", reason), ("caller", caller)):
+            for key, value in (
+                ("user", user),
+                ("reason", reason),
+                ("caller", caller),
+                ("cluster", cluster),
+            ):
                 if value is not None:
                     doc[key] = value
             line = orjson.dumps(doc).decode()
@@ -183,6 +190,7 @@ class ReviewLog:
                 + (f" user={_logfmt(user)}" if user is not None else "")
                 + (f" reason={_quoted(reason)}" if reason is not None else "")
                 + (f" caller={_logfmt(caller)}" if caller is not None else "")
+                + (f" cluster={cluster}" if cluster is not None else "")
             )
         self.sink.put(line, "review")
 

@@ -54,13 +54,20 @@ class ReviewTally(Collector):
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str, str], int] = {}
+        # authn_gateway_cluster_reviews_total: (cluster, answer) -> reviews.
+        self._by_cluster: dict[tuple[str, str], int] = {}
         # Per answer: a count per bucket (the last one +Inf), then the sum.
         self._latency: dict[str, list[float]] = {}
 
-    def review(self, api_version: str, backend: str, answer: str, seconds: float) -> None:
+    def review(
+        self, api_version: str, backend: str, answer: str, seconds: float, cluster: str
+    ) -> None:
         key = (api_version, backend, answer)
         counts = self._counts
         counts[key] = counts.get(key, 0) + 1
+        by_cluster = self._by_cluster
+        per = (cluster, answer)
+        by_cluster[per] = by_cluster.get(per, 0) + 1
         hist = self._latency.get(answer)
         if hist is None:
             hist = self._latency[answer] = [0.0] * (len(LATENCY_BUCKETS) + 2)
@@ -76,6 +83,14 @@ class ReviewTally(Collector):
         for labels, count in list(self._counts.items()):
             reviews.add_metric(list(labels), count)
         yield reviews
+        by_cluster = CounterMetricFamily(
+            f"{PREFIX}_cluster_reviews",
+            "TokenReviews answered, by the caller's cluster and final answer.",
+            labels=["cluster", "answer"],
+        )
+        for (cluster, answer), reviewed in list(self._by_cluster.items()):
+            by_cluster.add_metric([cluster, answer], reviewed)
+        yield by_cluster
         latency = HistogramMetricFamily(
             f"{PREFIX}_review_duration_seconds",
             "Time to answer a TokenReview.",

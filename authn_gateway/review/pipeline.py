@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.bucket.metrics import LimiterMetrics
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.review.metrics import ReviewMetrics
 from authn_gateway.review.prerejection import prerejection_reason
-from authn_gateway.review.routing import Route, Router
+from authn_gateway.review.routing import NotForCluster, Route, Router
 from authn_gateway.review.stack import BackendStack
 from authn_gateway.revocation.denylist import DenyList
 from backends.base import Authenticated, Authenticator, Rejected, UserInfo, Verdict
@@ -53,8 +54,13 @@ class Pipeline:
         metrics: Metrics,
         deny_list: DenyList | None = None,
         hasher: TokenHasher | None = None,
+        clusters: ClusterMap | None = None,
+        cluster_routers: Mapping[str, Router[Authenticator]] | None = None,
     ) -> None:
         self.router = router
+        #: Which cluster each caller is; a restricted cluster's own router.
+        self.clusters = clusters or ClusterMap(())
+        self.cluster_routers = dict(cluster_routers or {})
         #: Each backend's stack by name (its breaker is what the admin routes reach).
         self.backends = dict(backends)
         self.inbound = inbound
@@ -66,13 +72,16 @@ class Pipeline:
         self.hasher = hasher or TokenHasher(None)
 
     def start(
-        self, token: str, audiences: tuple[str, ...], caller: str
+        self, token: str, audiences: tuple[str, ...], caller: str, cluster: str | None = None
     ) -> Verdict | tuple[Authenticator, ReviewContext]:
         """The review's first steps, none of which waits: a local refusal (counted), or
         the target and the context to hand it. The caller awaits ``target.review(
         context)`` (the edge runs it eagerly, authn_gateway/eager.py: a cache hit
-        finishes without suspending) and passes its verdict to :meth:`finish`."""
-        route = self._route(token)
+        finishes without suspending) and passes its verdict to :meth:`finish`. The
+        review runs as the caller's cluster, or as ``cluster`` (the CLI's ``--cluster``)."""
+        if cluster is None:
+            cluster = self.clusters.of(caller)
+        route = self._route(token, cluster)
         if isinstance(route, Verdict):
             return route
         target = route.target
@@ -83,6 +92,7 @@ class Pipeline:
             # Every review is answered by this time, whatever the backends do.
             asyncio.get_running_loop().time() + self.deadline,
             caller,
+            cluster,
             self.inbound,
             self._on_inbound_refused,
         )
@@ -96,10 +106,12 @@ class Pipeline:
             return verdict
         return self._denied_user(deny, verdict.outcome.user, verdict)
 
-    async def review(self, token: str, audiences: tuple[str, ...], caller: str) -> Verdict:
+    async def review(
+        self, token: str, audiences: tuple[str, ...], caller: str, cluster: str | None = None
+    ) -> Verdict:
         """:meth:`start`, the target's review, :meth:`finish`: the whole path, for callers
         that simply await it (the CLI's ``review``, load scripts, tests)."""
-        started = self.start(token, audiences, caller)
+        started = self.start(token, audiences, caller, cluster)
         if isinstance(started, Verdict):
             return started
         target, context = started
@@ -108,7 +120,7 @@ class Pipeline:
     def _on_inbound_refused(self) -> None:
         self.limiters.refusal("inbound", GATEWAY)
 
-    def _route(self, token: str) -> Route[Authenticator] | Verdict:
+    def _route(self, token: str, cluster: str) -> Route[Authenticator] | Verdict:
         """The route to the token's target, or the local refusal (counted)."""
         reason = prerejection_reason(token, self.reject_service_accounts)
         if reason is not None:
@@ -122,11 +134,17 @@ class Pipeline:
             self.metrics.deny_hit("token")
             return Verdict(Rejected(DENIED), GATEWAY)
 
-        route = self.router.route(token)
+        router = (
+            self.cluster_routers.get(cluster, self.router) if self.cluster_routers else self.router
+        )
+        route = router.route(token)
         target = route.target
         if target is None or not target.could_accept(route.token):
             self.metrics.prerejection("no_backend_accepts")
             return Verdict(Rejected("no backend accepts this token's form"), GATEWAY)
+        if isinstance(target, NotForCluster):
+            self.metrics.prerejection("not_for_cluster")
+            return Verdict(Rejected(target.reason), GATEWAY)
         return route
 
     def _denied_user(self, deny: DenyList, user: UserInfo, verdict: Verdict) -> Verdict:

@@ -4,6 +4,9 @@
   (longest prefix wins), with the prefix removed when ``strip_prefix`` is set.
 * Any other token goes through the *chain*: the backends with no prefix (or with
   ``in_chain: true``), in the order of the config file.
+* A cluster that may not use a backend (``clusters[].backends``, ``.prefixes``) has a
+  router of its own: that backend is not in its chain, and its prefix routes to
+  :class:`NotForCluster`, a refusal without a call.
 
 The chain's answer (:class:`Chain`):
 
@@ -58,6 +61,21 @@ class Router(Generic[B]):
                 routed = token[len(rule.prefix) :] if rule.strip else token
                 return Route(rule.backend, routed)
         return Route(self._chain, token)
+
+
+class NotForCluster:
+    """Where a cluster's token with a prefix it may not use goes: the pipeline refuses
+    it at once (counted), and nothing below is asked."""
+
+    def __init__(self, cluster: str, backend: str) -> None:
+        self.name = backend
+        self.reason = f"cluster {cluster!r} may not use backend {backend!r}"
+
+    def could_accept(self, token: str) -> bool:
+        return True
+
+    async def review(self, review: ReviewContext) -> Verdict:
+        return Verdict(Rejected(self.reason), self.name)
 
 
 def unavailable_in_chain(unanswered: Sequence[tuple[str, Unavailable]]) -> Unavailable:

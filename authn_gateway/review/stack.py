@@ -20,6 +20,7 @@ from authn_gateway.layers.breaker.override import Override
 from authn_gateway.layers.breaker.rates import FailureRate, SlowCalls
 from authn_gateway.layers.bucket.gcra import TokenBucket
 from authn_gateway.layers.bucket.layer import BudgetLayer
+from authn_gateway.layers.bucket.shares import FairShares
 from authn_gateway.layers.cache.layer import CacheLayer
 from authn_gateway.layers.cache.policy import ReviewCache
 from authn_gateway.layers.coalesce.metrics import CoalesceMetrics
@@ -30,6 +31,7 @@ from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
 from authn_gateway.layers.deadline.layer import DeadlineLayer
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.review.carryover import cache_namespace
+from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.review.prerejection import TokenRulesFilter
 from authn_gateway.review.stores import BreakerSpec, Stores
 from authn_gateway.revocation.eviction import Evictor
@@ -90,10 +92,18 @@ LayerFactory = Callable[[Authenticator, "StackContext"], Authenticator]
 # ---- the parts ----------------------------------------------------------------------
 
 
-def outbound_bucket(settings: BackendSettings, stores: Stores) -> TokenBucket:
-    """The backend's call budget: built before the backend, which is handed it."""
+def bucket_shares(config: GatewayConfig) -> FairShares | None:
+    """How each backend's IdP is shared between clusters (None: no clusters)."""
+    return ClusterMap(config.clusters).shares()
+
+
+def outbound_bucket(
+    settings: BackendSettings, stores: Stores, shares: FairShares | None = None
+) -> TokenBucket:
+    """The backend's call budget: built before the backend, which is handed it; shared
+    between clusters by ``shares`` when clusters are configured."""
     b = settings.bucket
-    return TokenBucket(f"bucket:{settings.name}", b.rate, b.burst, stores.bucket_store())
+    return TokenBucket(f"bucket:{settings.name}", b.rate, b.burst, stores.bucket_store(), shares)
 
 
 def build_parts(
@@ -159,6 +169,7 @@ def concurrency_limiter(
     # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
     # queue, so the fleet's total stays what one replica would keep.
     share = config.redis.expected_replicas if config.redis is not None else 1
+    shares = bucket_shares(config)
     limiter = ConcurrencyLimiter(
         VegasLimit(
             VegasSettings(
@@ -170,7 +181,9 @@ def concurrency_limiter(
                 # Relative to the review's own deadline, so nothing is tuned per IdP.
                 negligible_delay=NEGLIGIBLE_DELAY_SHARE * settings.timeouts.total_seconds,
             )
-        )
+        ),
+        # The line is fair between clusters by the same weights as the bucket.
+        weights=dict(zip(shares.names, shares.weights, strict=True)) if shares else None,
     )
     metrics.group(ConcurrencyMetrics).watch(
         settings.name, lambda: limiter.limit, lambda: limiter.in_flight, limiter.waiting
@@ -195,7 +208,9 @@ def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
         ctx.metrics,
         # Known users are answered stale while their refresh waits for a slot.
         saturated=(
-            (lambda: limiter.would_wait(Priority.HAS_FALLBACK)) if limiter is not None else None
+            (lambda cluster: limiter.would_wait(Priority.HAS_FALLBACK, cluster))
+            if limiter is not None
+            else None
         ),
         revalidate=cache.stale_while_revalidate,
         namespace=cache_namespace(s),

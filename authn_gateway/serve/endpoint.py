@@ -154,7 +154,8 @@ class ReviewEndpoint:
         self.count_review = gateway.metrics.group(ReviewMetrics).review
         self.max_body = gateway.config.server.max_body_bytes
         self.review_log = review_log
-        self.callers = CallerAuth(gateway.config.server)
+        self.callers = CallerAuth(gateway.config.server, prefer=gateway.clusters.subjects)
+        self.clusters = gateway.clusters
         audit_to = gateway.config.server.audit_log
         queue_lines = gateway.config.logging.audit_queue_lines
         self.audit_log = AuditLog(audit_to, queue_lines) if audit_to else None
@@ -312,7 +313,9 @@ class ReviewEndpoint:
         outcome = verdict.outcome
         body, answer = self._render(review.api_version, verdict)
         elapsed = time.perf_counter() - started
-        self.count_review(review.api_version, verdict.backend, answer, elapsed)
+        clusters = self.clusters
+        cluster = clusters.of(caller)
+        self.count_review(review.api_version, verdict.backend, answer, elapsed, cluster)
         if self.review_log is None and self.audit_log is None:
             return body
         token_id = self.gateway.hasher.token_id(review.token)
@@ -332,6 +335,7 @@ class ReviewEndpoint:
                 user=user,
                 reason=None if isinstance(outcome, Authenticated) else outcome.reason,
                 caller=caller,
+                cluster=cluster if clusters.configured else None,
             )
         if self.audit_log is not None:
             self.audit_log.write(

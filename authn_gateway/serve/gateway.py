@@ -19,13 +19,15 @@ from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.coalesce.metrics import CoalesceMetrics
 from authn_gateway.layers.concurrency.metrics import ConcurrencyMetrics
 from authn_gateway.layers.deadline.metrics import CallMetrics
+from authn_gateway.layers.metrics import ClusterMetrics
 from authn_gateway.observe.metrics import Metrics, MetricsGroup
 from authn_gateway.observe.readiness import ReadinessGate
 from authn_gateway.review.carryover import identity_fingerprint
+from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.review.markers import Markers
 from authn_gateway.review.metrics import ReviewMetrics
 from authn_gateway.review.pipeline import Pipeline
-from authn_gateway.review.routing import Audiences, PrefixRule, Router, chain_of
+from authn_gateway.review.routing import Audiences, NotForCluster, PrefixRule, Router, chain_of
 from authn_gateway.review.stack import BackendStack, build_stack, outbound_bucket
 from authn_gateway.review.stores import MemoryStores, Stores
 from authn_gateway.revocation.actions import Revocations
@@ -35,6 +37,7 @@ from authn_gateway.revocation.metrics import RevocationMetrics
 from authn_gateway.serve.metrics import ServeMetrics
 from backends.base import Authenticator, Backend, BackendConfigError
 from backends.budget import UNLIMITED, CallBudget
+from backends.settings import BackendSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ METRICS_GROUPS: tuple[type[MetricsGroup], ...] = (
     BreakerMetrics,
     ConcurrencyMetrics,
     LimiterMetrics,
+    ClusterMetrics,
     CallMetrics,
     FleetMetrics,
     RevocationMetrics,
@@ -162,8 +166,10 @@ class Gateway:
         if previous is not None:
             # Denials are an operator's, like overrides: not lost to a reload.
             self.revocations.deny_list.carry_from(previous.revocations.deny_list)
+        self.clusters = ClusterMap(config.clusters)
         # Each backend is handed its own outbound bucket as the budget for follow-ups.
-        buckets = [outbound_bucket(s, self.stores) for s in config.backends]
+        shares = self.clusters.shares()
+        buckets = [outbound_bucket(s, self.stores, shares) for s in config.backends]
         self.backends = backends or build_backends(config, source, buckets)
         if self._carried_from is not None:
             # After the backends are built: a config error must leave the running one intact.
@@ -183,6 +189,10 @@ class Gateway:
             self.metrics,
             deny_list=self.revocations.deny_list,
             hasher=self.hasher,
+            clusters=self.clusters,
+            cluster_routers={
+                name: self._router(stacks, name) for name in self.clusters.restricted()
+            },
         )
         self.ready = False
         self.readiness = ReadinessGate(
@@ -219,7 +229,12 @@ class Gateway:
         inbound = self.config.inbound_limit
         return InboundLimiter(inbound.rate, inbound.burst) if inbound.enabled else None
 
-    def _router(self, stacks: dict[str, BackendStack]) -> Router[Authenticator]:
+    def _router(
+        self, stacks: dict[str, BackendStack], cluster: str | None = None
+    ) -> Router[Authenticator]:
+        """The router of every cluster, or of one ``cluster`` that may not use every
+        backend: a backend it may not use is not in its chain, and its prefix routes
+        to a refusal (:class:`NotForCluster`)."""
         configured = {
             s.name: tuple(s.audiences or self.config.audiences) for s in self.config.backends
         }
@@ -229,10 +244,25 @@ class Gateway:
             # The audience check wraps whatever decides: one backend or the chain.
             return Audiences(inner, audiences) if audiences else inner
 
-        chain = chain_of([stacks[s.name].top for s in self.config.backends if s.chained])
+        def allows(settings: BackendSettings, by_prefix: bool) -> bool:
+            return cluster is None or self.clusters.allows(cluster, settings, by_prefix)
+
+        def routed(settings: BackendSettings) -> Authenticator:
+            if allows(settings, by_prefix=True):
+                return target(stacks[settings.name].top)
+            assert cluster is not None
+            return NotForCluster(cluster, settings.name)
+
+        chain = chain_of(
+            [
+                stacks[s.name].top
+                for s in self.config.backends
+                if s.chained and allows(s, by_prefix=False)
+            ]
+        )
         return Router(
             [
-                PrefixRule(s.prefix, s.strip_prefix, target(stacks[s.name].top))
+                PrefixRule(s.prefix, s.strip_prefix, routed(s))
                 for s in self.config.backends
                 if s.prefix is not None
             ],

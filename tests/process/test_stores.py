@@ -9,6 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from authn_gateway.config import RedisSettings
 from authn_gateway.fleet.fleet_size import FleetSize
@@ -17,10 +19,13 @@ from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker import redis_sync as breaker_sync
 from authn_gateway.layers.breaker.gate import BUSY, CallGate
 from authn_gateway.layers.bucket import BucketStore
+from authn_gateway.layers.bucket.fair import FairShares, ShareState, fair_gcra
+from authn_gateway.layers.bucket.memory import share_key
 from authn_gateway.layers.cache import CacheEntry, CacheStore
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.review.stores import BreakerSpec, MemoryStores, RedisStores
 from backends.base import Authenticated, Rejected, Unavailable, UserInfo
+from backends.context import DEFAULT_CLUSTER
 from backends.settings import BreakerSettings, ConcurrencySettings
 from tests.support.redis_server import RedisServer
 from tests.support.stores_helpers import entry
@@ -140,6 +145,81 @@ async def test_bucket_max_wait_reserves_the_next_slot(state: Any) -> None:
     wait = await store.take("bucket:w", 0.5, 1, 1.0)
     assert wait is not None
     assert 0.3 < wait <= 0.5
+
+
+SHARES = FairShares.of({"a": 1.0, "b": 1.0, DEFAULT_CLUSTER: 1.0})
+
+
+async def test_a_shared_bucket_keeps_a_clusters_share_while_another_storms(state: Any) -> None:
+    """R = 30/s, B = 30: three shares of burst 10. a takes its own 10 and half of each
+    idle share; b still finds the half of its own that a could not borrow."""
+    store: BucketStore = state.bucket_store()
+    storm = [await store.take_fair("bucket:f", 1 / 30, 30, 0.0, SHARES, "a") for _ in range(40)]
+    paid = [by for wait, by in storm if wait is not None]
+    assert paid.count("a") == 10 and paid.count("b") == 5 and paid.count(DEFAULT_CLUSTER) == 5
+    own = [await store.take_fair("bucket:f", 1 / 30, 30, 0.0, SHARES, "b") for _ in range(5)]
+    assert [by for wait, by in own if wait is not None] == ["b"] * 5
+
+
+async def test_a_follow_up_call_spends_the_ceiling_a_cluster_call_needs(state: Any) -> None:
+    store: BucketStore = state.bucket_store()
+    assert [await store.take("bucket:g", 10.0, 2, 0.0) for _ in range(2)] == [0.0, 0.0]
+    wait, _ = await store.take_fair("bucket:g", 10.0, 2, 0.0, SHARES, "b")
+    assert wait is None  # its share is full, but the ceiling is spent
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    own=st.integers(0, 2),
+    # The ceiling's and each share's TAT, as seconds after now (a share spent, often);
+    # each cluster's pass; how long ago it last asked to borrow (None: never).
+    tats=st.tuples(
+        st.floats(0, 2.5), *[st.one_of(st.just(2.9), st.floats(0, 3)) for _ in range(3)]
+    ),
+    passes=st.lists(st.integers(0, 6), min_size=3, max_size=3),
+    asked=st.lists(st.sampled_from([None, 0.2, 5.0]), min_size=3, max_size=3),
+)
+# a, spent, borrows from b: back after a pause (its pass catches up with b's), or
+# refused while it has borrowed more than b, which is borrowing too.
+@example(own=0, tats=(0.0, 2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[None, 0.2, None])
+@example(own=0, tats=(0.0, 2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[0.2, 0.2, None])
+async def test_the_script_decides_as_the_python_function(
+    shared: RedisStores,
+    own: int,
+    tats: tuple[float, ...],
+    passes: list[int],
+    asked: list[float | None],
+) -> None:
+    """fair_take.lua is bucket/fair.py's fair_gcra: the same state gives the same
+    decision (away from the boundaries, which the time between the calls could cross)."""
+    interval, burst = 0.1, 30  # tau 3 s; shares: interval 0.3 s, burst 10
+    link = shared.link
+    client = link.client
+    key = f"bucket:p{time.monotonic_ns()}"
+    ceiling = link.key(key)
+    seconds, micros = await client.time()
+    now = seconds + micros / 1e6
+    # Off the grid of the decisions' boundaries (multiples of the intervals).
+    at = [now + round(t / 0.3) * 0.3 + 0.15 for t in tats]
+    await client.set(ceiling, f"{at[0]:.6f}")
+    state = ShareState(at[0], at[1:], [float(p) for p in passes], [-1e18] * 3)
+    for j, name in enumerate(SHARES.names):
+        fields = {"t": f"{at[1 + j]:.6f}", "p": str(passes[j])}
+        if asked[j] is not None:
+            fields["a"] = f"{now - asked[j]:.6f}"
+            state.asked[j] = now - asked[j]
+        await client.hset(share_key(ceiling, name), mapping=fields)
+    _, wait, charged = fair_gcra(
+        state, now, interval, burst, SHARES.intervals(interval), SHARES.weights, own, 0.0
+    )
+    got_wait, paid_by = await shared.bucket_store().take_fair(
+        key, interval, burst, 0.0, SHARES, SHARES.names[own]
+    )
+    assert (got_wait is None) == (wait is None)
+    if wait is not None:
+        assert paid_by == SHARES.names[charged]
 
 
 def breaker_settings(fail_max: int = 2, probes: int = 1, in_flight: int = 10) -> Any:

@@ -63,6 +63,8 @@ SECTIONS: dict[str, Any] = {
     "InlineToken": {"token": "t", "username": "u"},
     "ExtraMapping": {"key": "example.com/k", "valueExpression": "claims.sub"},
     "UserValidationRule": {"expression": "true"},
+    # The one cluster that needs no credentials: callers in no other cluster.
+    "ClusterSettings": {"name": "default"},
 }
 
 #: Keys a section needs beside it: redis needs a shared secret.

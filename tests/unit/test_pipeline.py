@@ -25,7 +25,7 @@ from backends.base import (
     Unavailable,
     UserInfo,
 )
-from backends.context import WireTime
+from backends.context import DEFAULT_CLUSTER, WireTime
 
 
 class Scripted(Backend):
@@ -190,8 +190,8 @@ async def test_a_known_user_never_waits_for_a_slot_another_call_took_first() -> 
     taken: list[Slot] = []
     free_at_check = limiter.would_wait
 
-    def taken_right_after(priority: Priority) -> bool:
-        answer = free_at_check(priority)
+    def taken_right_after(priority: Priority, cluster: str = DEFAULT_CLUSTER) -> bool:
+        answer = free_at_check(priority, cluster)
         slot = limiter.try_acquire(Priority.NO_FALLBACK)  # a cold token's call, first
         if slot is not None:
             taken.append(slot)

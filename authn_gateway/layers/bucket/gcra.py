@@ -13,7 +13,10 @@ Rates are parsed by :func:`backends.settings.per_second` (limits' notation).
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from authn_gateway.layers.bucket.shares import FairShares
 
 
 def gcra(
@@ -42,20 +45,59 @@ class BucketStore(Protocol):
         """Seconds to wait before the call may go (0 = now), or None when refused."""
         ...
 
+    async def take_fair(
+        self,
+        key: str,
+        interval: float,
+        burst: int,
+        max_wait: float,
+        shares: FairShares,
+        cluster: str,
+    ) -> tuple[float | None, str]:
+        """One call of ``cluster`` from the bucket ``key`` shared by weight
+        (:mod:`.fair`): seconds to wait (None: refused), and the share that paid
+        (the cluster's own, or the one it borrowed from)."""
+        ...
+
 
 class TokenBucket:
-    """R calls per second with bursts up to B, for one key (a backend, or a caller)."""
+    """R calls per second with bursts up to B, for one key (a backend, or a caller);
+    with ``shares``, shared between clusters by weight (:mod:`.fair`)."""
 
-    def __init__(self, key: str, rate_per_second: float, burst: int, store: BucketStore) -> None:
+    def __init__(
+        self,
+        key: str,
+        rate_per_second: float,
+        burst: int,
+        store: BucketStore,
+        shares: FairShares | None = None,
+    ) -> None:
         self.key = key
         self.interval = 1.0 / rate_per_second
         self.burst = burst
         self.store = store
+        self.shares = shares
 
     async def acquire(self, max_wait: float = 0.0) -> bool:
+        """A call that no cluster asked for (a review's follow-up): the ceiling only."""
         wait = await self.store.take(self.key, self.interval, self.burst, max_wait)
-        if wait is None:
-            return False
-        if wait > 0:
-            await asyncio.sleep(wait)
-        return True
+        return await _waited(wait)
+
+    async def acquire_for(self, cluster: str, max_wait: float = 0.0) -> tuple[bool, str]:
+        """A review's first call, for ``cluster``: whether it may go, and the share that
+        paid (its own, or a lender's; the cluster itself when refused)."""
+        shares = self.shares
+        if shares is None:
+            return await self.acquire(max_wait), cluster
+        wait, paid_by = await self.store.take_fair(
+            self.key, self.interval, self.burst, max_wait, shares, cluster
+        )
+        return await _waited(wait), paid_by
+
+
+async def _waited(wait: float | None) -> bool:
+    if wait is None:
+        return False
+    if wait > 0:
+        await asyncio.sleep(wait)
+    return True

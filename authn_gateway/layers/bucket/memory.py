@@ -5,12 +5,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from authn_gateway.layers.bucket.fair import ShareState, fair_gcra
 from authn_gateway.layers.bucket.gcra import gcra
+from authn_gateway.layers.bucket.shares import FairShares
+
+
+def share_key(key: str, name: str) -> str:
+    """Where a cluster's share of the bucket ``key`` is kept (in memory and in Redis)."""
+    return f"{{{key}}}:share:{name}"
 
 
 class MemoryBucketStore:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._tat: dict[str, float] = {}
+        # A cluster's borrowing from the others' shares: (pass, when it last asked).
+        self._borrowing: dict[str, tuple[float, float]] = {}
         self._clock = clock
 
     def take_now(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
@@ -20,6 +29,53 @@ class MemoryBucketStore:
 
     async def take(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
         return self.take_now(key, interval, burst, max_wait)
+
+    def take_fair_now(
+        self,
+        key: str,
+        interval: float,
+        burst: int,
+        max_wait: float,
+        shares: FairShares,
+        cluster: str,
+    ) -> tuple[float | None, str]:
+        names = shares.names
+        keys = [share_key(key, name) for name in names]
+        tat, borrowing = self._tat, self._borrowing
+        state = ShareState(
+            tat.get(key, 0.0),
+            [tat.get(k, 0.0) for k in keys],
+            [borrowing.get(k, (0.0, -1e18))[0] for k in keys],
+            [borrowing.get(k, (0.0, -1e18))[1] for k in keys],
+        )
+        own = shares.index(cluster)
+        new, wait, charged = fair_gcra(
+            state,
+            self._clock(),
+            interval,
+            burst,
+            shares.intervals(interval),
+            shares.weights,
+            own,
+            max_wait,
+        )
+        borrowing[keys[own]] = (new.passes[own], new.asked[own])
+        if wait is None:
+            return None, names[own]
+        tat[key] = new.ceiling
+        tat[keys[charged]] = new.tats[charged]
+        return wait, names[charged]
+
+    async def take_fair(
+        self,
+        key: str,
+        interval: float,
+        burst: int,
+        max_wait: float,
+        shares: FairShares,
+        cluster: str,
+    ) -> tuple[float | None, str]:
+        return self.take_fair_now(key, interval, burst, max_wait, shares, cluster)
 
     def empty(self, key: str, interval: float, burst: int, since: float | None = None) -> None:
         """Start ``key`` as a bucket that was empty at ``since`` (monotonic; default now)

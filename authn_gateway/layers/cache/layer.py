@@ -4,8 +4,9 @@ are written back; when anything below cannot answer, a known identity is served 
 Serve-stale lives here and nowhere else: the breaker, the budget, the deadlines and the
 backend only ever say :class:`Unavailable`, and this layer decides what a known user
 gets instead. It also answers a known user stale *before* asking, while the refresh
-runs in the background, when the IdP is saturated (``saturated()``: the concurrency
-limit has no free slot for a refresh) or when stale-while-revalidate is on.
+runs in the background, when the IdP is saturated (``saturated(cluster)``: the
+concurrency limit has no free slot for a refresh of the review's cluster) or when
+stale-while-revalidate is on.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class CacheLayer(Layer):
         hasher: TokenHasher,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
-        saturated: Callable[[], bool] | None = None,
+        saturated: Callable[[str], bool] | None = None,
         revalidate: bool = False,
         *,
         namespace: str | None = None,
@@ -85,7 +86,7 @@ class CacheLayer(Layer):
         self._miss.inc()
         asked_at = self.evictor.now() if self.evictor is not None else 0.0
         servable = self._servable(entry, asked_at)
-        if entry is not None and servable and self._stale_first(key):
+        if entry is not None and servable and self._stale_first(key, review.cluster):
             # A known user: answered stale now; the refresh waits its turn meanwhile.
             return self._stale_and_refresh(entry, key, review)
         if not review.miss_allowed():
@@ -131,10 +132,11 @@ class CacheLayer(Layer):
             return None
         return lambda: hasher.previous_cache_keys(self.namespace, token, audiences)
 
-    def _stale_first(self, key: bytes) -> bool:
+    def _stale_first(self, key: bytes, cluster: str) -> bool:
         if self.revalidate or key in self._refreshing:
             return True  # (a refresh already on its way: no need to wait for it)
-        return self.saturated is not None and self.saturated()
+        # (Saturated for the review's cluster: the line is fair between clusters.)
+        return self.saturated is not None and self.saturated(cluster)
 
     async def _refresh(self, key: bytes, review: ReviewContext) -> None:
         try:

@@ -8,7 +8,8 @@ it opened meanwhile. The breaker never sees this layer's refusals (:class:`HeldB
 the IdP was not asked); its own (open, fleet ceiling) come back here as calls never
 sent, which teach the limit nothing. The cache layer above says, in the review's
 ``has_fallback``, whether the review could be answered stale: such calls wait behind
-those for never-seen tokens. With ``may_queue`` false a call takes a free slot or none
+those for never-seen tokens of its cluster; the line is fair between clusters
+(``review.cluster``, :mod:`.fair`). With ``may_queue`` false a call takes a free slot or none
 (answered :data:`SATURATED`, not counted), and the cache layer then answers stale and
 queues the refresh in the background: a review cannot know at its own check that a
 slot stays free (other reviews' calls may take it before its call runs), and a refresh
@@ -20,6 +21,7 @@ from __future__ import annotations
 from authn_gateway.layers.base import Layer
 from authn_gateway.layers.concurrency.metrics import ConcurrencyMetrics
 from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Priority, Refusal, Slot
+from authn_gateway.layers.metrics import ClusterMetrics
 from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Unavailable, Verdict
 from backends.context import ReviewContext
@@ -32,19 +34,23 @@ class ConcurrencyLayer(Layer):
         super().__init__(inner)
         self.limiter = limiter
         self.metrics = metrics.group(ConcurrencyMetrics)
+        self.clusters = metrics.group(ClusterMetrics)
 
     async def review(self, review: ReviewContext) -> Verdict:
         priority = Priority.HAS_FALLBACK if review.has_fallback else Priority.NO_FALLBACK
+        cluster = review.cluster
         if review.may_queue:
-            slot: Slot | Refusal = await self.limiter.acquire(priority, review.deadline)
-        elif (free := self.limiter.try_acquire(priority)) is not None:
+            slot: Slot | Refusal = await self.limiter.acquire(priority, review.deadline, cluster)
+        elif (free := self.limiter.try_acquire(priority, cluster)) is not None:
             slot = free
         else:
             return Verdict(SATURATED, self.name)  # not counted: the refresh it queues is
         if isinstance(slot, Refusal):
             self.metrics.refusal(self.name, slot.value)
+            self.clusters.refused(self.name, cluster, slot.value)
             return Verdict(SATURATED, self.name)
         self.metrics.slot_waited(self.name, slot.waited)
+        self.clusters.waited(self.name, cluster, slot.waited)
         try:
             verdict = await self.inner.review(review)
             outcome = verdict.outcome

@@ -12,9 +12,11 @@ slots are taken, a call may wait, but never long and never in vain:
   and a waiter whose review has given up is dropped, never sent;
 * nobody waits while the limit has no latency measured yet or the IdP's last calls
   failed or timed out (waiting for a hung IdP only adds a call timeout);
-* calls with no fallback (a token never seen, nothing to serve stale) go first;
-  calls that could be answered stale (refreshes) get a slot only when no call of the
-  first kind waits.
+* the line is fair between clusters (:mod:`.fair`): each cluster's waiters get slots
+  in proportion to its weight, so one cluster's storm waits behind its own share;
+* within a cluster, calls with no fallback (a token never seen, nothing to serve
+  stale) go first; calls that could be answered stale (refreshes) get a slot only when
+  no call of the first kind of the same cluster waits.
 
 Pure asyncio logic over an injected clock (event-loop time by default); no I/O.
 """
@@ -22,22 +24,17 @@ Pure asyncio logic over an injected clock (event-loop time by default); no I/O.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import math
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from authn_gateway.layers.concurrency.fair import FairLine, Priority
 from authn_gateway.layers.concurrency.vegas import VegasLimit
+from backends.context import DEFAULT_CLUSTER
 
-
-class Priority(enum.IntEnum):
-    """Lower goes first."""
-
-    NO_FALLBACK = 0  # a token never seen before: no stale entry to answer with
-    HAS_FALLBACK = 1  # a refresh: the review can be answered stale meanwhile
+__all__ = ["ConcurrencyLimiter", "Priority", "Refusal", "Slot"]
 
 
 class Refusal(enum.Enum):
@@ -65,11 +62,17 @@ class _Waiter:
 
 
 class ConcurrencyLimiter:
-    def __init__(self, limit: VegasLimit, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        limit: VegasLimit,
+        clock: Callable[[], float] | None = None,
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
         self.algorithm = limit
         self._clock = clock
         self.in_flight = 0
-        self._waiting: dict[Priority, deque[_Waiter]] = {p: deque() for p in Priority}
+        #: Each cluster's weight (``clusters:``); a cluster not named weighs 1.
+        self._line: FairLine[_Waiter] = FairLine(weights)
         self.refused: dict[Refusal, int] = {r: 0 for r in Refusal}
 
     def _now(self) -> float:
@@ -84,29 +87,28 @@ class ConcurrencyLimiter:
     def limit(self) -> int:
         return self.algorithm.limit
 
-    def waiting(self, priority: Priority | None = None) -> int:
-        if priority is None:
-            return sum(len(q) for q in self._waiting.values())
-        return len(self._waiting[priority])
+    def waiting(self, priority: Priority | None = None, cluster: str | None = None) -> int:
+        return self._line.waiting(priority, cluster)
 
-    def _ahead(self, priority: Priority) -> int:
-        """Waiters that would be served before a new one of this priority."""
-        return sum(len(self._waiting[p]) for p in Priority if p <= priority)
+    def would_wait(self, priority: Priority, cluster: str = DEFAULT_CLUSTER) -> bool:
+        """Whether a call of this priority and cluster would not get a slot right now."""
+        return self.in_flight >= self.limit or self._line.ahead(cluster, priority) > 0
 
-    def would_wait(self, priority: Priority) -> bool:
-        """Whether a call of this priority would not get a slot right now."""
-        return self.in_flight >= self.limit or self._ahead(priority) > 0
-
-    def try_acquire(self, priority: Priority = Priority.NO_FALLBACK) -> Slot | None:
-        """A slot now if one is free and nobody of the same or a higher priority waits."""
-        if self.in_flight >= self.limit or self._ahead(priority):
+    def try_acquire(
+        self, priority: Priority = Priority.NO_FALLBACK, cluster: str = DEFAULT_CLUSTER
+    ) -> Slot | None:
+        """A slot now if one is free and nobody the fair order puts first waits."""
+        if self.in_flight >= self.limit or self._line.ahead(cluster, priority):
             return None
+        self._line.charge(cluster)
         return self._grant(self._now(), waited=0.0)
 
-    async def acquire(self, priority: Priority, deadline: float) -> Slot | Refusal:
+    async def acquire(
+        self, priority: Priority, deadline: float, cluster: str = DEFAULT_CLUSTER
+    ) -> Slot | Refusal:
         """A slot, after a short wait if needed; else why not. ``deadline`` is in the
         limiter's clock (event-loop time)."""
-        slot = self.try_acquire(priority)
+        slot = self.try_acquire(priority, cluster)
         if slot is not None:
             return slot
         now = self._now()
@@ -115,7 +117,8 @@ class ConcurrencyLimiter:
             # (a hang would hold every waiter for a full call timeout more).
             return self._refuse(Refusal.FAILING)
         rtt = self.algorithm.recent_rtt
-        ahead = self._ahead(priority)
+        # In the fair order: a storming cluster's line is full long before another's.
+        ahead = self._line.ahead(cluster, priority)
         if ahead >= self.limit:
             return self._refuse(Refusal.QUEUE_FULL)
         # Rounds of `limit` calls ahead, each about one recent latency, then its own call.
@@ -125,7 +128,7 @@ class ConcurrencyLimiter:
         give_up = deadline if rtt is None else deadline - rtt
         future: asyncio.Future[Slot | None] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(future, now, deadline)
-        self._waiting[priority].append(waiter)
+        self._line.add(cluster, priority, waiter)
         try:
             async with asyncio.timeout_at(give_up) if self._clock is None else _no_timeout():
                 granted = await future
@@ -134,7 +137,7 @@ class ConcurrencyLimiter:
         finally:
             if not future.done():
                 future.cancel()
-            self._forget(priority, waiter)
+            self._line.remove(cluster, priority, waiter)
         if granted is None:
             # Handed a slot at the very moment we gave up: give it back.
             late = future.result() if future.done() and not future.cancelled() else None
@@ -162,27 +165,27 @@ class ConcurrencyLimiter:
         timers do this on their own)."""
         now = self._now()
         rtt = self.algorithm.recent_rtt or 0.0
-        for queue in self._waiting.values():
-            for waiter in list(queue):
-                if waiter.deadline - rtt <= now and not waiter.future.done():
-                    waiter.future.set_result(None)
+        for waiter in list(self._line):
+            if waiter.deadline - rtt <= now and not waiter.future.done():
+                waiter.future.set_result(None)
         self._dispatch()
 
     def _dispatch(self) -> None:
         now = self._now()
-        for priority in Priority:
-            queue = self._waiting[priority]
-            while queue and self.in_flight < self.limit:
-                waiter = queue.popleft()
-                if waiter.future.done():
-                    continue
-                if waiter.deadline <= now:
-                    # Its review has given up: never send the call.
-                    waiter.future.set_result(None)
-                    continue
-                waiter.future.set_result(self._grant(now, waited=now - waiter.queued_at))
-            if queue:
-                return  # lower priorities wait until this one's line is empty
+        line = self._line
+        while line.count and self.in_flight < self.limit:
+            popped = line.pop()
+            if popped is None:
+                return
+            cluster, waiter = popped
+            if waiter.future.done():
+                continue
+            if waiter.deadline <= now:
+                # Its review has given up: never send the call (and charge nobody).
+                waiter.future.set_result(None)
+                continue
+            line.charge(cluster)
+            waiter.future.set_result(self._grant(now, waited=now - waiter.queued_at))
 
     def _grant(self, now: float, waited: float) -> Slot:
         self.in_flight += 1
@@ -191,10 +194,6 @@ class ConcurrencyLimiter:
     def _refuse(self, why: Refusal) -> Refusal:
         self.refused[why] += 1
         return why
-
-    def _forget(self, priority: Priority, waiter: _Waiter) -> None:
-        with contextlib.suppress(ValueError):
-            self._waiting[priority].remove(waiter)
 
 
 class _no_timeout:

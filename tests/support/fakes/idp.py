@@ -33,6 +33,10 @@ counts as *wasted*: work the IdP did for nobody.
 
 ``GET /_fake/stats`` (or :meth:`FakeIdP.stats`) counts the calls received, and in
 capacity mode the queue (length, wait p50/p99), the served, expired and wasted calls.
+It also counts them by *tag*: the text after the last ``@`` of the bearer token
+(``good-alice~@prod`` is tagged ``prod``; a token without ``@`` is tagged ``""``), so
+a load test can read the IdP's own figures per cluster (``by_tag``: calls, answers by
+status, queue-wait p50/p99 and calls per wall-clock second).
 
 HTTP/1.1 is parsed by h11, with keep-alive, so the gateway's pooled client sees a
 real server. Run standalone with ``python -m tests.support.fakes.idp --port N``.
@@ -98,6 +102,13 @@ class Stats:
     served: int = 0
     expired: int = 0
     wasted: int = 0
+    by_tag: dict[str, TagStats] = field(default_factory=dict)
+
+    def tag(self, name: str) -> TagStats:
+        found = self.by_tag.get(name)
+        if found is None:
+            found = self.by_tag[name] = TagStats()
+        return found
 
     def queue_wait_ms(self, q: float, waits: list[float] | None = None) -> float | None:
         """The q-quantile of the recorded queue waits, in ms (None before any)."""
@@ -124,6 +135,7 @@ class Stats:
             "queue_wait_p50_ms": self.queue_wait_ms(0.50, waits),
             "queue_wait_p99_ms": self.queue_wait_ms(0.99, waits),
             "queue_wait_max_ms_by_second": self.queue_wait_max_by_second(),
+            "by_tag": {name: tag.as_dict() for name, tag in self.by_tag.items()},
         }
 
     def queue_wait_max_by_second(self) -> list[tuple[int, float]]:
@@ -133,6 +145,38 @@ class Stats:
             second = int(ended)
             worst[second] = max(worst.get(second, 0.0), 1000 * wait)
         return sorted(worst.items())
+
+
+@dataclass
+class TagStats:
+    """The calls of one token tag (the text after a token's last ``@``)."""
+
+    calls: int = 0
+    by_status: dict[int, int] = field(default_factory=dict)
+    # Seconds each call waited for service (capacity mode), the most recent 20,000.
+    queue_waits: list[float] = field(default_factory=list)
+    # Calls received per wall-clock second.
+    per_second: dict[int, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        waits = sorted(self.queue_waits)
+
+        def quantile(q: float) -> float | None:
+            return 1000 * waits[min(len(waits) - 1, int(q * len(waits)))] if waits else None
+
+        return {
+            "calls": self.calls,
+            "by_status": self.by_status,
+            "queue_wait_p50_ms": quantile(0.50),
+            "queue_wait_p99_ms": quantile(0.99),
+            "per_second": sorted(self.per_second.items()),
+        }
+
+
+def token_tag(headers: dict[str, str]) -> str:
+    """The tag of the request's bearer token: the text after its last ``@``."""
+    token = headers.get("authorization", "").removeprefix("Bearer ")
+    return token.rpartition("@")[2] if "@" in token else ""
 
 
 class ServiceQueue:
@@ -320,8 +364,13 @@ class FakeIdP:
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes, bool]:
         """The answer, and whether it took a service slot (capacity mode)."""
+        tag = token_tag(headers)
         with self._lock:
             st = self._stats
+            tagged = st.tag(tag)
+            tagged.calls += 1
+            second = int(time.time())
+            tagged.per_second[second] = tagged.per_second.get(second, 0) + 1
             st.calls += 1
             st.in_flight += 1
             st.max_in_flight = max(st.max_in_flight, st.in_flight)
@@ -332,16 +381,20 @@ class FakeIdP:
             if self.faults.capacity is None:
                 status, hdrs, out = await self._decide(method, target, headers, body)
             else:
-                status, hdrs, out, served = await self._in_capacity(method, target, headers, body)
+                status, hdrs, out, served = await self._in_capacity(
+                    method, target, headers, body, tag
+                )
         finally:
             with self._lock:
                 self._stats.in_flight -= 1
         with self._lock:
             self._stats.by_status[status] = self._stats.by_status.get(status, 0) + 1
+            tagged = self._stats.tag(tag)
+            tagged.by_status[status] = tagged.by_status.get(status, 0) + 1
         return status, hdrs, out, served
 
     async def _in_capacity(
-        self, method: str, target: str, headers: dict[str, str], body: bytes
+        self, method: str, target: str, headers: dict[str, str], body: bytes, tag: str = ""
     ) -> tuple[int, dict[str, str], bytes, bool]:
         q = self._queue
         with self._lock:
@@ -354,6 +407,9 @@ class FakeIdP:
             st.queued = q.queued
             st.queue_waits.append(self.faults.max_queue_wait if waited is None else waited)
             st.queue_wait_ends.append(time.time())
+            tag_waits = st.tag(tag).queue_waits
+            tag_waits.append(st.queue_waits[-1])
+            del tag_waits[:-20_000]
             del st.queue_waits[:-20_000]
             del st.queue_wait_ends[:-20_000]
             if waited is None:
@@ -447,6 +503,15 @@ class FakeIdP:
             return replace(
                 s,
                 by_status=dict(s.by_status),
+                by_tag={
+                    name: replace(
+                        t,
+                        by_status=dict(t.by_status),
+                        queue_waits=list(t.queue_waits),
+                        per_second=dict(t.per_second),
+                    )
+                    for name, t in s.by_tag.items()
+                },
                 arrivals=list(s.arrivals),
                 queue_waits=list(s.queue_waits),
                 queue_wait_ends=list(s.queue_wait_ends),

@@ -1,0 +1,231 @@
+"""Many clusters, one gateway (issue 37): ``clusters:`` as check-config reads it, which
+cluster a caller is, what a cluster may reach, and the fair share of an IdP through the
+pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import yaml
+
+from authn_gateway.config import ConfigError, parse_config
+from authn_gateway.review.clusters import ClusterMap
+from authn_gateway.serve.gateway import Gateway
+from backends.base import Authenticated, Backend, Outcome, Rejected, UserInfo
+from backends.context import DEFAULT_CLUSTER, WireTime
+from tests.support.config_helpers import STRONG
+
+TOKENS = [{"name": n, "token": f"{STRONG}-{n}"} for n in ("prod", "ci", "spare")]
+
+
+def document(
+    clusters: list[dict[str, Any]], idp: dict[str, Any] | None = None, **top: Any
+) -> dict[str, Any]:
+    server = {"caller_tokens": TOKENS, **top.pop("server", {})}
+    return {
+        "server": server,
+        "backends": [
+            {"name": "idp", "type": "userinfo", "url": "http://127.0.0.1:9/u", **(idp or {})},
+            {"name": "gl", "type": "gitlab", "prefix": "glpat-"},
+        ],
+        "clusters": clusters,
+        **top,
+    }
+
+
+def problems(clusters: list[dict[str, Any]], **top: Any) -> list[str]:
+    with pytest.raises(ConfigError) as refused:
+        parse_config(yaml.safe_dump(document(clusters, **top)), "gw.yaml")
+    return refused.value.problems
+
+
+@pytest.mark.parametrize(
+    ("clusters", "field", "why"),
+    [
+        ([{"name": "Prod_EU", "caller_tokens": ["prod"]}], "clusters[0].name", "pattern"),
+        ([{"name": "p" * 64, "caller_tokens": ["prod"]}], "clusters[0].name", "pattern"),
+        (
+            [{"name": "prod", "caller_tokens": ["prod"], "weight": 0}],
+            "clusters[0].weight",
+            "greater than 0",
+        ),
+        (
+            [{"name": "prod", "caller_tokens": ["prod"], "weight": -2}],
+            "clusters[0].weight",
+            "greater than 0",
+        ),
+        ([{"name": "prod", "caller_tokens": ["prod"], "weight": ".inf"}], "clusters[0].weight", ""),
+        ([{"name": "prod"}], "clusters[0]", "needs subjects or caller_tokens"),
+        ([{"name": "default", "caller_tokens": ["prod"]}], "clusters[0]", "takes no"),
+        ([{"name": "prod", "caller_tokens": ["nope"]}], "clusters[0].caller_tokens[0]", "nope"),
+        (
+            [
+                {"name": "prod", "caller_tokens": ["prod"]},
+                {"name": "ci", "caller_tokens": ["prod"]},
+            ],
+            "clusters[1].caller_tokens[0]",
+            "also clusters[0]'s",
+        ),
+        (
+            [
+                {"name": "prod", "caller_tokens": ["prod"]},
+                {"name": "prod", "caller_tokens": ["ci"]},
+            ],
+            "clusters[1].name",
+            "used twice",
+        ),
+        (
+            [{"name": "prod", "caller_tokens": ["prod"], "backends": ["keystone"]}],
+            "clusters[0].backends[0]",
+            "no backend is named 'keystone'",
+        ),
+        (
+            [{"name": "prod", "caller_tokens": ["prod"], "prefixes": ["ks-"]}],
+            "clusters[0].prefixes[0]",
+            "no backend has the prefix",
+        ),
+        (
+            [
+                {
+                    "name": "prod",
+                    "caller_tokens": ["prod"],
+                    "backends": ["idp"],
+                    "prefixes": ["glpat-"],
+                }
+            ],
+            "clusters[0].prefixes[0]",
+            "not in its backends",
+        ),
+        (
+            [{"name": "prod", "subjects": ["apiserver.prod"]}],
+            "clusters[0].subjects[0]",
+            "needs server.tls.client_ca_file",
+        ),
+        (
+            [{"name": "prod", "caller_tokens": ["prod", "prod"]}],
+            "clusters[0]",
+            "listed twice",
+        ),
+    ],
+)
+def test_check_config_refuses_each_bad_cluster_with_one_line_naming_the_field(
+    clusters: list[dict[str, Any]], field: str, why: str
+) -> None:
+    found = problems(clusters)
+    assert len(found) == 1, found
+    assert found[0].startswith(field), found
+    assert why in found[0], found
+    assert STRONG not in found[0]  # a caller token's value is never echoed
+
+
+def test_a_cluster_too_light_for_a_buckets_burst_is_refused_with_the_fix() -> None:
+    clusters = [
+        {"name": "prod", "caller_tokens": ["prod"], "weight": 1000},
+        {"name": "ci", "caller_tokens": ["ci"], "weight": 1},
+    ]
+    (line,) = problems(clusters)
+    assert line.startswith("backends[0].bucket.burst: cluster 'ci'")
+    assert "raise the burst or that cluster's weight" in line
+
+
+def test_a_subject_must_be_one_the_gateway_allows() -> None:
+    tls = {
+        "cert_file": "/nonexistent/c.pem",
+        "key_file": "/nonexistent/k.pem",
+        "client_ca_file": "/nonexistent/ca.pem",
+    }
+    server = {"tls": tls, "allowed_subjects": ["apiserver.ci"]}
+    (line,) = problems([{"name": "prod", "subjects": ["apiserver.prod"]}], server=server)
+    assert line.startswith("clusters[0].subjects[0]: 'apiserver.prod' is not in")
+
+
+def test_each_caller_is_its_cluster_and_anyone_else_is_default() -> None:
+    config = parse_config(
+        yaml.safe_dump(
+            document(
+                [
+                    {"name": "prod", "caller_tokens": ["prod"], "weight": 3},
+                    {"name": "default", "weight": 0.5},
+                ]
+            )
+        ),
+        "gw.yaml",
+    )
+    clusters = ClusterMap(config.clusters)
+    assert clusters.of("token:prod") == "prod"
+    assert clusters.of("token:ci") == DEFAULT_CLUSTER  # a caller token of no cluster
+    assert clusters.of("10.0.0.7") == DEFAULT_CLUSTER
+    assert clusters.weights == {"prod": 3, DEFAULT_CLUSTER: 0.5}
+    assert ClusterMap(()).shares() is None  # no clusters: the bucket as it was
+
+
+class Scripted(Backend):
+    def __init__(self, name: str, delay: float = 0.0) -> None:
+        super().__init__(name)
+        self.delay = delay
+        self.seen: list[str] = []
+
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
+        self.seen.append(token)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return Authenticated(UserInfo(token.removeprefix("glpat-")))
+
+
+def gateway(clusters: list[dict[str, Any]], delay: float = 0.0, **idp: Any) -> Gateway:
+    config = parse_config(yaml.safe_dump(document(clusters, idp)), "gw.yaml")
+    return Gateway(config, backends=[Scripted("idp", delay), Scripted("gl")])
+
+
+async def test_a_cluster_that_may_not_use_a_backend_is_refused_without_a_call() -> None:
+    gw = gateway([{"name": "ci", "caller_tokens": ["ci"], "backends": ["idp"]}])
+    refused = await gw.pipeline.review("glpat-bot", (), "token:ci")
+    assert isinstance(refused.outcome, Rejected)
+    assert refused.outcome.reason == "cluster 'ci' may not use backend 'gl'"
+    scripted = gw.backends[1]
+    assert isinstance(scripted, Scripted) and scripted.seen == []
+    # Another cluster (default) reaches it; ci still reaches its own backend.
+    assert isinstance(
+        (await gw.pipeline.review("glpat-bot", (), "token:prod")).outcome, Authenticated
+    )
+    assert isinstance((await gw.pipeline.review("alice", (), "token:ci")).outcome, Authenticated)
+
+
+async def test_a_cluster_limited_to_prefixes_cannot_reach_the_chain_backends() -> None:
+    gw = gateway([{"name": "ci", "caller_tokens": ["ci"], "backends": ["gl"]}])
+    refused = await gw.pipeline.review("alice", (), "token:ci")  # no prefix: the chain
+    assert isinstance(refused.outcome, Rejected)
+    assert refused.outcome.reason == "no backend accepts this token's form"
+    assert isinstance(
+        (await gw.pipeline.review("glpat-bot", (), "token:ci")).outcome, Authenticated
+    )
+
+
+async def test_a_clusters_storm_leaves_another_cluster_its_slots() -> None:
+    """Through the pipeline: the IdP takes 2 calls at a time (a fixed limit); prod sends
+    40 never-seen tokens at once, then ci one login. ci's login is answered, prod's
+    extra calls are refused ("saturated") rather than ci's."""
+    gw = gateway(
+        [{"name": "prod", "caller_tokens": ["prod"]}, {"name": "ci", "caller_tokens": ["ci"]}],
+        delay=0.05,
+        concurrency={"initial_limit": 2, "min_limit": 2, "max_limit": 2},
+    )
+    await gw.start()
+    try:
+        # Two calls measured: the limit lets calls wait for a slot from here on.
+        for token in ("warm-1", "warm-2"):
+            await gw.pipeline.review(token, (), "token:prod")
+        storm = [
+            asyncio.create_task(gw.pipeline.review(f"cold-{i}", (), "token:prod"))
+            for i in range(40)
+        ]
+        await asyncio.sleep(0)
+        login = await gw.pipeline.review("ci-login", (), "token:ci")
+        answers = await asyncio.gather(*storm)
+    finally:
+        await gw.close()
+    assert isinstance(login.outcome, Authenticated), login
+    refused = [a for a in answers if not isinstance(a.outcome, Authenticated)]
+    assert refused and all("saturated" in a.outcome.reason for a in refused)
