@@ -171,6 +171,12 @@ class Authenticator(Protocol):
         """Cheap local check: False when the token can never be accepted here."""
         ...
 
+    def credential(self, token: str) -> str:
+        """The credential ``token`` carries here, in one spelling: every token this
+        authenticator takes for the same credential gives the same string. The
+        gateway's token ids (review log, deny list, cache entries) are of it."""
+        ...
+
     async def review(self, review: ReviewContext) -> Verdict:
         """Answer ``review.token`` by ``review.deadline`` (event-loop time).
 
@@ -222,6 +228,12 @@ class Backend(abc.ABC):
         IdP would certainly reject the token.
         """
         return True
+
+    def credential(self, token: str) -> str:
+        """The token itself: most IdPs compare the string as sent. A backend whose IdP
+        takes several spellings of one credential returns the one it stands for (a
+        JWT's spelling is canonicalised for every backend: ``backends.jws``)."""
+        return token
 
     @abc.abstractmethod
     async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:

@@ -58,6 +58,16 @@ class ReviewContext:
     may_queue: bool = True
     #: For one IdP call (set by the deadline layer): the clock of its time on the wire.
     wire: WireTime | None = None
+    #: How the review's target reads ``token`` as one credential (its
+    #: ``Authenticator.credential``, set by the pipeline); None: as sent.
+    read_credential: Callable[[str], str] | None = None
+
+    def credential(self) -> str:
+        """The credential the token carries, as the target reads it: what its token id
+        (the review log's, the deny list's, a cache entry's) is of. Computed when asked
+        (a cache fill), never on a cache hit."""
+        read = self.read_credential
+        return self.token if read is None else read(self.token)
 
     def miss_allowed(self) -> bool:
         """Whether this review may go past the cache: the caller's charge, taken at most

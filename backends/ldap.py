@@ -33,6 +33,7 @@ import socket
 import ssl
 import threading
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -235,6 +236,44 @@ def parse_token(token: str, token_format: TokenFormat = "base64") -> Credentials
     if not username.isprintable():
         return None
     return Credentials(username, password)
+
+
+def folded_name(username: str) -> str:
+    """``username`` folded the way directories match a login name, and further: case
+    (OpenLDAP's ``caseIgnoreMatch`` on ``uid`` and ``cn``, Active Directory), width and
+    compatibility forms (NFKC, RFC 4518), spaces at either end and runs of them (RFC
+    4518's insignificant spaces), and every combining mark (OpenLDAP takes ``ALİCE``,
+    a dotted capital I, for ``alice``). Folding too far only gives two names the same
+    token id when their passwords are the same too."""
+    if username.isascii():
+        name = username.lower()
+    else:
+        # Decomposed both before and after case folding, so no mark survives either.
+        folded = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", username).casefold())
+        bare = "".join(c for c in folded if not unicodedata.category(c).startswith("M"))
+        name = unicodedata.normalize("NFKC", bare)
+    return " ".join(name.split())
+
+
+def canonical_token(token: str, token_format: TokenFormat = "base64") -> str:  # noqa: S107
+    """The one spelling of the credential in ``token`` (``Backend.credential``): the
+    name folded (:func:`folded_name`), the password as the bind sends it (SASLprep,
+    RFC 4013: a full-width ``alice`` binds as ``alice``), base64 in its canonical form (the
+    decoder ignores non-zero trailing bits). ``token`` itself when it is no credential."""
+    creds = parse_token(token, token_format)
+    if creds is None:
+        return token
+    password = creds.password
+    if not (password.isascii() and password.isprintable()):
+        # SASLprep leaves printable ASCII as it is; anything else costs ~20 us, so only here.
+        try:
+            password = validate_simple_password(password).decode("utf-8")
+        except (LDAPException, UnicodeDecodeError):
+            return token  # no bind can carry it: never valid, nothing to fold
+    text = f"{folded_name(creds.username)}:{password}"
+    if token_format == "plain":
+        return text
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
 #: Why a password can never be valid: a simple bind sends it through SASLprep (RFC 4013,
@@ -565,6 +604,9 @@ class LDAPBackend(Backend):
     def could_accept(self, token: str) -> bool:
         creds = parse_token(token, self._s.token_format)
         return creds is not None and sendable_password(creds.password)
+
+    def credential(self, token: str) -> str:
+        return canonical_token(token, self._s.token_format)
 
     async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         creds = parse_token(token, self._s.token_format)

@@ -2,8 +2,9 @@
 
     TokenReview in
       -> pre-rejection (control characters, service-account JWTs, per-backend rules)
-      -> deny list (token ids; usernames and credential ids once a backend has answered)
       -> route (prefix, or the chain) to a target Authenticator
+      -> deny list (the token id of the credential the target reads; usernames and
+         credential ids once a backend has answered)
       -> target.review(ReviewContext): [audiences] -> [chain] -> each backend's stack
          (cache, open breaker, concurrency limit, breaker, budget, deadline, token
          rules, backend: review/stack.py); the inbound limit (per caller) is charged by
@@ -41,6 +42,11 @@ GATEWAY = "gateway"
 DENIED = "denied by an operator (deny list)"
 
 __all__ = ["GATEWAY", "Pipeline", "Verdict"]
+
+
+def _credential_of(route: Route[Authenticator]) -> str:
+    target = route.target
+    return route.token if target is None else target.credential(route.token)
 
 
 class Pipeline:
@@ -95,8 +101,26 @@ class Pipeline:
             cluster,
             self.inbound,
             self._on_inbound_refused,
+            read_credential=target.credential,
         )
         return target, context
+
+    def credential(self, token: str, cluster: str | None = None) -> str:
+        """The credential ``token`` carries, as the backend it is routed to (for
+        ``cluster``) reads it: a routed prefix stripped, a re-spelling undone
+        (``Authenticator.credential``). One credential has one token id however it was
+        sent: the review and audit logs, the deny list and the cache entries' ids are
+        all of this."""
+        return _credential_of(self._router_for(cluster).route(token))
+
+    def token_id(self, token: str, cluster: str | None = None) -> str:
+        """The id the review and audit logs show for ``token`` (:meth:`credential`)."""
+        return self.hasher.token_id(self.credential(token, cluster))
+
+    def _router_for(self, cluster: str | None) -> Router[Authenticator]:
+        """The router of every cluster, or a restricted cluster's own."""
+        routers = self.cluster_routers
+        return routers.get(cluster, self.router) if routers and cluster else self.router
 
     def finish(self, verdict: Verdict) -> Verdict:
         """The target's verdict, as answered: a denied user or credential is refused
@@ -127,18 +151,12 @@ class Pipeline:
             self.metrics.prerejection(reason)
             return Verdict(Rejected(reason), GATEWAY)
 
+        route = self._router_for(cluster).route(token)
+        target = route.target
         deny = self.deny_list
-        # The token id is the one the review log shows: of the token as received, under
-        # the current secret or a previous one (a denial made before a rotation).
-        if deny is not None and deny.denies_token(lambda: self.hasher.token_ids(token)):
+        if deny is not None and deny.denies_token(lambda: self._token_ids(token, route)):
             self.metrics.deny_hit("token")
             return Verdict(Rejected(DENIED), GATEWAY)
-
-        router = (
-            self.cluster_routers.get(cluster, self.router) if self.cluster_routers else self.router
-        )
-        route = router.route(token)
-        target = route.target
         if target is None or not target.could_accept(route.token):
             self.metrics.prerejection("no_backend_accepts")
             return Verdict(Rejected("no backend accepts this token's form"), GATEWAY)
@@ -146,6 +164,18 @@ class Pipeline:
             self.metrics.prerejection("not_for_cluster")
             return Verdict(Rejected(target.reason), GATEWAY)
         return route
+
+    def _token_ids(self, token: str, route: Route[Authenticator]) -> tuple[str, ...]:
+        """The ids a token denial may have been made with: the review log's (of the
+        credential the target reads), under the current secret or a previous one (a
+        denial made before a rotation); then, where the token was sent re-spelled or
+        with a stripped prefix, the ids of the token as sent, which the log showed
+        before issue 36. A denial found under any but the first is carried to it."""
+        credential = _credential_of(route)
+        ids = self.hasher.token_ids(credential)
+        if credential == token:
+            return ids
+        return ids + self.hasher.token_ids(token)
 
     def _denied_user(self, deny: DenyList, user: UserInfo, verdict: Verdict) -> Verdict:
         """A denied user, or a denied credential (kube's credential id, ``JTI=...``)."""

@@ -21,7 +21,7 @@ backend's configured ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -67,9 +67,13 @@ class NotForCluster:
     """Where a cluster's token with a prefix it may not use goes: the pipeline refuses
     it at once (counted), and nothing below is asked."""
 
-    def __init__(self, cluster: str, backend: str) -> None:
+    def __init__(
+        self, cluster: str, backend: str, credential: Callable[[str], str] | None = None
+    ) -> None:
         self.name = backend
         self.reason = f"cluster {cluster!r} may not use backend {backend!r}"
+        # The backend's own reading: a token has the id it has in any other cluster.
+        self.credential: Callable[[str], str] = credential or str
 
     def could_accept(self, token: str) -> bool:
         return True
@@ -98,6 +102,17 @@ class Chain:
 
     def could_accept(self, token: str) -> bool:
         return any(m.could_accept(token) for m in self.members)
+
+    def credential(self, token: str) -> str:
+        """The first member's reading that is not the token as sent, else the token.
+        One credential, one reading: the token formats that backends re-spell (an LDAP
+        ``user:password``, a Keystone fernet token) never overlap, so at most one
+        member re-spells a given token, and the chain reads it as that member does."""
+        for member in self.members:
+            read = member.credential(token)
+            if read != token:
+                return read
+        return token
 
     async def review(self, review: ReviewContext) -> Verdict:
         token = review.token

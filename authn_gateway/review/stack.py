@@ -215,7 +215,6 @@ def cache_layer(inner: Authenticator, ctx: StackContext) -> Authenticator:
         revalidate=cache.stale_while_revalidate,
         namespace=cache_namespace(s),
         evictor=ctx.evictor,
-        token_prefix=s.prefix if s.strip_prefix and s.prefix else "",
         stale_wait=forced_closed_wait(
             ctx.parts.breaker, s.breaker.forced_closed_stale_wait_seconds
         ),

@@ -318,7 +318,8 @@ class ReviewEndpoint:
         self.count_review(review.api_version, verdict.backend, answer, elapsed, cluster)
         if self.review_log is None and self.audit_log is None:
             return body
-        token_id = self.gateway.hasher.token_id(review.token)
+        # Of the credential the backend reads, however it was sent (a routed prefix).
+        token_id = self.pipeline.token_id(review.token, cluster)
         if self.review_log is not None:
             user = (
                 outcome.user.username

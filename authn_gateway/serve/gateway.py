@@ -251,7 +251,7 @@ class Gateway:
             if allows(settings, by_prefix=True):
                 return target(stacks[settings.name].top)
             assert cluster is not None
-            return NotForCluster(cluster, settings.name)
+            return NotForCluster(cluster, settings.name, stacks[settings.name].top.credential)
 
         chain = chain_of(
             [

@@ -31,6 +31,7 @@ from backends.base import Backend, Outcome, Rejected, Unavailable
 from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
 from backends.context import WireTime
 from backends.http import header_safe, make_client, on_the_wire, server_failure, unsendable
+from backends.keystone.fernet import canonical_fernet
 from backends.keystone.groups import GroupLookup
 from backends.keystone.identity import Group, map_identity
 from backends.keystone.service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
@@ -99,6 +100,10 @@ class KeystoneBackend(Backend):
         return FERNET_MIN_LENGTH <= len(token) <= self._s.fernet_max_length and bool(
             FERNET.fullmatch(token)
         )
+
+    def credential(self, token: str) -> str:
+        # Keystone takes one fernet token in many spellings (fernet.py): one id for all.
+        return canonical_fernet(token)
 
     async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         refusal = unsendable(token)

@@ -20,9 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
+from authn_gateway.keyed_hashes import TokenHasher
 from backends.keystone import (
     parse_keystone_time,
 )
+from backends.keystone.fernet import canonical_fernet
+from tests.support.credential_id_helpers import other_trailing_bits
 from tests.support.keystone import Keystone, start_keystone
 from tests.support.keystone_proxy import KeystoneProxy
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
@@ -389,6 +392,46 @@ def test_strings_that_cannot_be_fernet_tokens_never_reach_keystone(
         assert rejected(status(gateway, token)), token
 
     assert world.proxy.since(before) == {}
+
+
+def test_keystone_takes_a_fernet_token_in_many_spellings_and_each_has_the_tokens_id(
+    world: World, gateway: GatewayProcess
+):
+    """Issue 36: Keystone pads a fernet token by its length and decodes it laxly, so it
+    takes the token padded, in the standard alphabet, with skipped characters or other
+    unused bits, as the same token. Each spelling is logged under the issued token's id
+    (so a denial of that id refuses them all); another token keeps an id of its own."""
+    issued = world.pool.pop()
+    pad = "=" * (-len(issued) % 4)
+    spellings = [
+        issued + pad,
+        issued + pad + "====",
+        issued.replace("-", "+").replace("_", "/"),
+        issued[:10] + "!!!!" + issued[10:],
+        other_trailing_bits(issued + pad) if pad else issued[:10] + "...." + issued[10:],
+    ]
+    admin = {"X-Auth-Token": world.tokens["admin-system"]}
+
+    def keystone_says(spelled: str) -> int:
+        url = f"{world.keystone.url}/auth/tokens?nocatalog=1"
+        headers = {**admin, "X-Subject-Token": spelled}
+        return httpx.get(url, headers=headers, timeout=15).status_code
+
+    for spelled in spellings:
+        assert keystone_says(spelled) == 200, spelled[-12:]  # one token, in Keystone's word
+        assert canonical_fernet(spelled) == issued
+    flipped = issued[:-1] + issued[-1].swapcase()
+    assert keystone_says(flipped) == 404  # another token, and another id
+    assert canonical_fernet(flipped) != issued
+    token_id = TokenHasher(gateway_config()["secret"].encode()).token_id(issued)
+    before = gateway.logs().count(f"token={token_id}")
+    for spelled in spellings:
+        assert status(gateway, "ks:" + spelled)["authenticated"] is True, spelled[-12:]
+    logged = f"token={token_id}"
+    deadline = time.monotonic() + 10
+    while gateway.logs().count(logged) < before + len(spellings) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gateway.logs().count(logged) == before + len(spellings)
 
 
 def test_a_service_user_that_may_not_validate_is_a_configuration_error(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,19 +30,14 @@ from tests.support.slapd import (
     SERVICE_PASSWORD,
     USERS,
     Slapd,
-    make_ca,
-    start_slapd,
 )
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
-    d = tmp_path_factory.mktemp("ldap-one-answer")
-    server = start_slapd(d / "slapd", make_ca(d / "ca", "test-ca"))
-    yield server
-    server.stop()
+def slapd(module_slapd: Slapd) -> Slapd:
+    return module_slapd
 
 
 @pytest.fixture

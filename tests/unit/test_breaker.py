@@ -303,6 +303,9 @@ class Hanging:
     def could_accept(self, token: str) -> bool:
         return True
 
+    def credential(self, token: str) -> str:
+        return token
+
     async def review(self, review: ReviewContext) -> Verdict:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")

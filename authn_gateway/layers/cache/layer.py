@@ -43,7 +43,6 @@ class CacheLayer(Layer):
         *,
         namespace: str | None = None,
         evictor: Evictor | None = None,
-        token_prefix: str = "",
         stale_wait: Callable[[], float | None] | None = None,
     ) -> None:
         super().__init__(inner)
@@ -58,8 +57,6 @@ class CacheLayer(Layer):
         # a reload that changed them, the old entries are never found, so never served.
         self.namespace = namespace or self.name
         self.evictor = evictor
-        # Put back what the router stripped, so entries carry the id the review log shows.
-        self.token_prefix = token_prefix
         self.cache = cache
         self.coalescer = coalescer
         self.hasher = hasher
@@ -164,7 +161,8 @@ class CacheLayer(Layer):
         outcome = verdict.outcome
         if isinstance(outcome, Unavailable):
             return verdict
-        token_id = self.hasher.token_id(self.token_prefix + review.token)
+        # The id the review log shows: of the credential the review's target reads.
+        token_id = self.hasher.token_id(review.credential())
         identity = outcome.user if isinstance(outcome, Authenticated) else None
         if self.evictor is not None and self.evictor.evicted_since(
             identity.username if identity else None,
