@@ -36,7 +36,13 @@ from backends.context import WireTime
 from backends.durations import Age, Interval, finite
 from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
 from backends.jws import is_canonical
-from backends.jwt import idtoken
+from backends.jwt.idtoken import (
+    KUBE_NBF_LEEWAY_SECONDS,
+    Malformed,
+    expiry,
+    refusal,
+    unverified_issuer,
+)
 from backends.jwt.jwks import ASYMMETRIC_ALGS, MAX_JWKS_BYTES
 from backends.jwt.keys import KeyPolicy, KeySource
 from backends.jwt.kube import ClaimRules, Issuer
@@ -78,7 +84,7 @@ class JWTSettings(BackendSettings, ClaimRules):
     keys: KeyFetchSettings = Field(default_factory=KeyFetchSettings)
     # How far ahead nbf may be: kube's one minute by default. exp has no leeway and
     # iat is not checked, as in kube (docs/backends/jwt.md).
-    clock_skew_seconds: Annotated[float, finite(ge=0, le=600)] = idtoken.KUBE_NBF_LEEWAY_SECONDS
+    clock_skew_seconds: Annotated[float, finite(ge=0, le=600)] = KUBE_NBF_LEEWAY_SECONDS
     # JWTs with many groups (Azure AD, Keycloak) run past the gateway's 4096 default.
     token_rules: TokenRules = Field(default_factory=lambda: TokenRules(max_length=16384))
     pool: PoolSettings = Field(default_factory=PoolSettings)
@@ -235,7 +241,7 @@ class JWTBackend(Backend, Collector):
                 return Rejected(_reason(exc))
         if claims is None:
             return Rejected("bad signature")
-        problem = idtoken.refusal(
+        problem = refusal(
             claims,
             issuer=self._issuer,
             audiences=self._audiences,
@@ -250,14 +256,14 @@ class JWTBackend(Backend, Collector):
         user = map_claims(self._s, claims, credential_id=True)
         if isinstance(user, Rejected):
             return user
-        return Authenticated(user, expires_at=float(idtoken.expiry(claims)))
+        return Authenticated(user, expires_at=float(expiry(claims)))
 
     def _issued_here(self, parsed: Unverified) -> bool:
         """oidc.go ``hasCorrectIssuer``: the unverified ``iss``, as Go reads it (a
         string, its key matched case-insensitively), Google's legacy one coalesced."""
         try:
-            iss = idtoken.unverified_issuer(parsed.claims)
-        except idtoken.Malformed:
+            iss = unverified_issuer(parsed.claims)
+        except Malformed:
             return False
         return iss == self._issuer
 

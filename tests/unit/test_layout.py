@@ -252,6 +252,44 @@ def test_no_import_cycle(graph: dict[str, set[str]]) -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def imports_of_its_own_package(source: str, name: str) -> list[int]:
+    """The lines where module ``name`` imports from its own package (``from P import
+    n`` in a module of ``P``, or ``from . import n``): it reads as importing ``P``'s
+    ``__init__``, whatever ``n`` is."""
+    package = name.rpartition(".")[0]
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = parts[: len(parts) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if base == package:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_a_package_and_the_modules_it_imports_import_one_way(graph: dict[str, set[str]]) -> None:
+    """A package's ``__init__`` that imports one of its modules is not imported from by
+    it: the module names what it needs by its own path (``from backends.jwt.idtoken
+    import ...``), so the two import one way only (issue 36: backends/jwt's
+    ``__init__`` and ``backend`` imported each other)."""
+    paths = {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+    both_ways = [
+        f"{module}:{line}"
+        for package, deps in graph.items()
+        if paths[package].name == "__init__.py"
+        for module in sorted(deps)
+        if module.startswith(package + ".")
+        for line in imports_of_its_own_package(paths[module].read_text(), module)
+    ]
+    assert both_ways == [], f"import from the package whose __init__ imports them: {both_ways}"
+    assert imports_of_its_own_package("from pkg import a\n", "pkg.b") == [1]
+    assert imports_of_its_own_package("from . import a\n", "pkg.b") == [1]
+    assert imports_of_its_own_package("from pkg.a import x\n", "pkg.b") == []
+
+
 def test_a_cycle_behind_type_checking_or_in_a_function_is_found() -> None:
     """The check above sees an import under ``if TYPE_CHECKING:`` and one inside a
     function (the knots once hidden that way: breaker machine -> memory -> override ->
