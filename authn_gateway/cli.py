@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from authn_gateway import __version__, admin_cli
 from authn_gateway.config import ConfigError, GatewayConfig, ServerSettings, load_config
+from authn_gateway.config.loading import UNEXPECTED
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.review.tokenreview import API_VERSIONS, describe, render_verdict
 from backends.context import DEFAULT_CLUSTER
@@ -152,6 +153,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         asyncio.run(_build_and_close(config, str(args.file)))
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # no config file ends in a traceback
+        problem = UNEXPECTED.format(type(exc).__name__)
+        print(f"invalid configuration:\n{args.file}: {problem}", file=sys.stderr)
         return 1
     names = ", ".join(f"{b.name} ({b.type})" for b in config.backends)
     print(f"{args.file}: ok; backends: {names}")

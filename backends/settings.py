@@ -34,6 +34,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: A secret file holds a password, a token or a key: 64 KiB is far past any.
+MAX_SECRET_FILE_BYTES = 64 * 1024
+
+
 def _resolve_secret(value: Any) -> Any:
     """``env:NAME`` reads an environment variable, ``file:PATH`` a file; else literal.
 
@@ -54,9 +58,15 @@ def _resolve_secret(value: Any) -> Any:
     elif value.startswith("file:"):
         path = Path(value[5:])
         try:
-            resolved = SecretStr(path.read_text().strip())
+            # No more than a secret can be: file:/dev/zero must not fill the memory.
+            with path.open("rb") as f:
+                raw = f.read(MAX_SECRET_FILE_BYTES + 1)
         except OSError as exc:
             raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+        if len(raw) > MAX_SECRET_FILE_BYTES:
+            raise ValueError(f"secret file {path} is larger than {MAX_SECRET_FILE_BYTES} bytes")
+        try:
+            resolved = SecretStr(raw.decode("utf-8").strip())
         except UnicodeDecodeError:
             raise ValueError(f"secret file {path} is not UTF-8 text") from None
         where = f"secret file {path}"

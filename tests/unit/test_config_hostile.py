@@ -1,0 +1,161 @@
+"""No config file ends in a traceback (issue 36, item 3): YAML nested 5,000 deep, a
+5,001-digit integer, alias bombs, values no constructor builds, control characters,
+huge files and secret files. Each is a ConfigError of one line that says where, never
+quoting the text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from authn_gateway.config import ConfigError, load_config, parse_config
+from authn_gateway.config.safe_yaml import MAX_BYTES, MAX_DEPTH, MAX_NODES
+from tests.support.config_helpers import MINIMAL, STRONG
+
+SECRETISH = "Zq9sEcReTvAlUe"
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "gw.yaml")
+    assert str(err.value).startswith("gw.yaml: ")
+    return err.value.problems
+
+
+def laughs(levels: int) -> str:
+    """The billion laughs: each anchor holds nine of the one before (9**levels values)."""
+    lines = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 5000 + "]" * 5000,
+        MINIMAL + "audiences: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+        MINIMAL + "audiences:\n" + "".join("  " * (i + 1) + "- \n" for i in range(200)),
+    ],
+    ids=["flow-lists", "flow-mappings", "block-lists"],
+)
+def test_yaml_nested_deeper_than_the_bound_is_one_line(text: str) -> None:
+    [problem] = problems(text)
+    assert problem.startswith("line "), problem
+    assert problem.endswith(f"nested more than {MAX_DEPTH} levels deep"), problem
+
+
+def test_nesting_within_the_bound_reaches_the_schema() -> None:
+    [problem] = problems(MINIMAL + "audiences: " + "[" * 30 + "]" * 30 + "\n")
+    assert problem.startswith("audiences[0]: Input should be a valid string"), problem
+
+
+@pytest.mark.parametrize("field", ["review_deadline_seconds", "server.port", "secret"])
+def test_an_integer_of_5001_digits_is_one_line_naming_the_field(field: str) -> None:
+    top, _, leaf = field.rpartition(".")
+    value = "1" * 5001
+    text = MINIMAL + (f"{top}:\n  {leaf}: {value}\n" if top else f"{leaf}: {value}\n")
+    [problem] = problems(text)
+    assert problem.startswith(f"{field}: "), problem
+    assert "1" * 20 not in problem
+
+
+def test_an_integer_of_5001_digits_as_a_key_is_one_line() -> None:
+    [problem] = problems(MINIMAL + "audiences: {" + "7" * 5001 + ": 1}\n")
+    assert "7" * 20 not in problem
+
+
+def test_the_billion_laughs_is_refused_before_anything_is_built() -> None:
+    [problem] = problems(MINIMAL + laughs(9))
+    assert problem.endswith(f"aliases expand to more than {MAX_NODES} values"), problem
+    assert problem.startswith("line "), problem
+
+
+def test_aliases_under_the_bound_are_read_as_yaml_reads_them() -> None:
+    text = MINIMAL + "x: &aud [a, b]\naudiences: *aud\n"
+    assert problems(text) == ["x: Extra inputs are not permitted"]
+    assert parse_config(MINIMAL + "audiences: &a [x]\n", "gw.yaml").audiences == ["x"]
+
+
+@pytest.mark.parametrize("text", ["audiences: &a [*a]\n", "server: &s {ops: *s}\n"])
+def test_an_alias_inside_its_own_anchor_is_one_line(text: str) -> None:
+    [problem] = problems(MINIMAL + text)
+    assert problem.endswith("an alias refers to its own anchor (a cycle)"), problem
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("2001-13-45", "timestamp"),
+        (f"!!int {SECRETISH}", "int"),
+        (f"!!float {SECRETISH}", "float"),
+        (f"!!bool {SECRETISH}", "bool"),
+    ],
+)
+def test_a_value_no_constructor_builds_is_one_line_at_its_place(value: str, kind: str) -> None:
+    [problem] = problems(MINIMAL + f"secret: {value}\n")
+    assert problem == f"line 6, column 9: not a valid {kind} (quote it to mean text)"
+
+
+def test_a_list_as_a_key_is_one_line() -> None:
+    [problem] = problems(MINIMAL + "? [a, b]\n: 1\n")
+    assert problem.startswith("line 6"), problem
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\ud800", "\x1b"])
+def test_a_control_character_or_a_surrogate_is_one_line(char: str) -> None:
+    [problem] = problems(MINIMAL + f"secret: {SECRETISH}{char}{SECRETISH}\n")
+    assert f"character {ord(char):#06x} at offset " in problem, problem
+    assert SECRETISH not in problem
+
+
+def test_text_larger_than_the_bound_is_one_line() -> None:
+    text = MINIMAL + "#" * MAX_BYTES + "\n"
+    assert problems(text) == [f"larger than {MAX_BYTES // 1024} KiB: not a config file"]
+
+
+def test_a_file_that_never_ends_is_one_line() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(Path("/dev/zero"))
+    assert err.value.problems == [f"larger than {MAX_BYTES // 1024} KiB: not a config file"]
+
+
+def test_a_file_name_with_a_nul_is_one_line() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(Path("gw\x00.yaml"))
+    assert err.value.problems == ["cannot read: not a file name"]
+
+
+def test_a_secret_file_that_never_ends_is_one_line() -> None:
+    [problem] = problems(MINIMAL + "secret: file:/dev/zero\n")
+    assert problem == "secret: secret file /dev/zero is larger than 65536 bytes"
+
+
+def test_a_secret_file_within_the_bound_is_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text(STRONG + "\n")
+    config = parse_config(MINIMAL + f"secret: file:{secret}\n", "gw.yaml")
+    assert config.secret is not None
+    assert config.secret.get_secret_value() == STRONG
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ufeff" + MINIMAL,  # a byte-order mark: YAML allows it
+        MINIMAL + "---\n",  # an empty second document? not one document
+        MINIMAL + "audiences: !!set {a, b}\n",
+        MINIMAL + "audiences: !!binary '***'\n",
+        MINIMAL + "server: {<<: 1}\n",
+        MINIMAL + "audiences: !!omap [1]\n",
+        MINIMAL + "review_deadline_seconds: " + ":".join(["59"] * 3000) + "\n",
+        MINIMAL + "review_deadline_seconds: 0x" + "f" * 5000 + "\n",
+    ],
+)
+def test_odd_but_well_formed_yaml_is_a_config_or_clean_lines(text: str) -> None:
+    try:
+        parse_config(text, "gw.yaml")
+    except ConfigError as err:
+        assert all(p and "\n" not in p for p in err.problems), err.problems
+        assert not any("unexpected" in p for p in err.problems), err.problems
