@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from pathlib import Path
 
 from authn_gateway.config import ConfigError, GatewayConfig, load_config
@@ -11,6 +12,7 @@ from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.generation import Generation
+from authn_gateway.serve.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +61,16 @@ class Reloader:
         return new.model_copy(update={"server": kept})
 
     async def reload(self) -> bool:
+        """Apply the file, or refuse it. Never raises: a reload that fails for any reason
+        is refused, logged in one line (``config reload refused``), counted
+        (``authn_gateway_config_reloads_total{result="refused"}``), and the running
+        config keeps serving; the next SIGHUP is handled as this one was."""
         where = str(self.source) if self.source else "<embedded default>"
         async with self._lock:
             try:
                 new = self._keep_listeners(load_config(self.source))
-            except ConfigError as exc:
-                problems = "; ".join(str(exc).splitlines())
-                log.error("config reload refused, still serving the previous config: %s", problems)
-                return False
+            except Exception as exc:
+                return self._refuse(_reasons(where, exc))
             gateway: Gateway | None = None
             generation: Generation | None = None
             try:
@@ -77,22 +81,57 @@ class Reloader:
                 generation = Generation(gateway)
                 await generation.start()
             except Exception as exc:
-                log.error(
-                    "config reload refused, still serving the previous config: %s: %s",
-                    where,
-                    exc,
-                )
-                if gateway is not None:
-                    gateway.abandon()  # the running gateway keeps its stores
-                if generation is not None:
-                    await generation.close()
-                elif gateway is not None:
-                    await gateway.close()
-                return False
+                await _discard(gateway, generation)
+                return self._refuse(_reasons(where, exc))
             old = self.app.swap(generation)
             self.running = new
+            self._count("applied")
             configure_logging(new.logging.level, new.logging.format, new.logging.queue_lines)
             log.info("config reloaded from %s", where)
-        await old.drain(new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
-        await old.close()
+        try:
+            await old.drain(new.server.graceful_shutdown_seconds + new.review_deadline_seconds)
+            await old.close()
+        except Exception as exc:
+            # The new config serves; only the old one's tidy-up went wrong.
+            log.error("config reload: closing the previous config failed: %s", _unexpected(exc))
         return True
+
+    def _refuse(self, reasons: str) -> bool:
+        self._count("refused")
+        log.error("config reload refused, still serving the previous config: %s", reasons)
+        return False
+
+    def _count(self, result: str) -> None:
+        serving = self.app.gateway.metrics.group(ServeMetrics)
+        serving.config_reloads.labels(result).inc()
+        serving.config_last_reload_successful.set(1 if result == "applied" else 0)
+
+
+async def _discard(gateway: Gateway | None, generation: Generation | None) -> None:
+    """Close what a refused reload built, leaving the running gateway's stores alone."""
+    try:
+        if gateway is not None:
+            gateway.abandon()  # the running gateway keeps its stores
+        if generation is not None:
+            await generation.close()
+        elif gateway is not None:
+            await gateway.close()
+    except Exception as exc:
+        log.warning("config reload: closing the refused config failed: %s", _unexpected(exc))
+
+
+def _reasons(where: str, exc: Exception) -> str:
+    """Why a reload is refused, on one line, never quoting the file."""
+    if isinstance(exc, ConfigError):
+        return "; ".join(str(exc).splitlines())
+    if isinstance(exc, OSError):
+        return f"{where}: {exc.strerror or type(exc).__name__}"
+    return f"{where}: {_unexpected(exc)}"
+
+
+def _unexpected(exc: BaseException) -> str:
+    """An exception nothing classifies (a bug), by type and place: its message may
+    quote a config value."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"unexpected {type(exc).__name__}{at} (please report this)"

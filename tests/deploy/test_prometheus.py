@@ -586,3 +586,36 @@ def test_admin_auth_failures_alert_fires_under_guessing_not_for_a_typo(tmp_path:
         }
     ]
     _promtool_test(tmp_path, tests, interval="1m")
+
+
+def test_config_reload_refused_alert_fires_after_ten_minutes_and_clears_on_an_applied_one(
+    tmp_path: Path,
+) -> None:
+    labels = {"namespace": "authn", "pod": "gw-0"}
+    alert = "AuthnGatewayConfigReloadRefused"
+    gauge = _series("authn_gateway_config_last_reload_successful", labels)
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # Serving its file; a refused reload at 5 m; a good file applied at 30 m.
+                {"series": gauge, "values": "1x4 0x24 1x10"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": alert, "exp_alerts": []},
+                {"eval_time": "12m", "alertname": alert, "exp_alerts": []},  # not 10 min yet
+                {
+                    "eval_time": "16m",
+                    "alertname": alert,
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {**labels, "severity": "warning"},
+                            "exp_annotations": _annotations(alert, labels),
+                        }
+                    ],
+                },
+                {"eval_time": "31m", "alertname": alert, "exp_alerts": []},
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, tests, interval="1m")

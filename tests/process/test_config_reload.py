@@ -1,0 +1,90 @@
+"""SIGHUP with a file no loader can take (nested 5,000 deep, a 5,001-digit integer, an
+alias bomb, an infinite duration) is refused in one line, counted, and the running
+config keeps serving; the next SIGHUP with a valid file applies (issue 36, item 3).
+check-config says the same of the same files, as "invalid configuration", exit 1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.procs import GatewayProcess
+from tests.support.reload_helpers import REFUSED, authenticated, reload_with, reloads
+
+STATIC = {"name": "demo", "type": "static", "tokens": [{"token": "tok-1", "username": "alice"}]}
+
+HOSTILE = {
+    "nested": "[" * 5000 + "]" * 5000,
+    "huge-integer": "review_deadline_seconds: " + "1" * 5001 + "\n",
+    "alias-bomb": "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    + "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 10)),
+    "infinite-grace": "server: {graceful_shutdown_seconds: .inf}\n",
+    "infinite-stale": "cache: {keep_stale_seconds: .inf}\n",
+}
+
+
+#: The one problem check-config and the reload name for each.
+EXPECTED = {
+    "nested": "nested more than 64 levels deep",
+    "huge-integer": "review_deadline_seconds: Input should be a finite number",
+    "alias-bomb": "aliases expand to more than 1000000 values",
+    "infinite-grace": "server.graceful_shutdown_seconds: Input should be a finite number",
+    "infinite-stale": "cache.keep_stale_seconds: Input should be a finite number",
+}
+
+
+def config_text(token: str, extra: str = "") -> str:
+    """A valid file with one static token, and ``extra`` after it. Without ``server:``:
+    a reload keeps the listeners' settings as they run."""
+    backend = {**STATIC, "tokens": [{"token": token, "username": "alice"}]}
+    return yaml.safe_dump({"backends": [backend]}) + extra
+
+
+def test_a_reload_with_a_hostile_file_is_refused_in_one_line_and_the_next_applies(
+    gateway_factory: Callable[..., GatewayProcess],
+) -> None:
+    gw = gateway_factory({"backends": [STATIC]})
+    assert authenticated(gw, "tok-1") == "alice"
+    for i, (name, text) in enumerate(HOSTILE.items(), start=1):
+        # The hostile part is added to a valid file: the refusal is the hostile part's.
+        done = reload_with(gw, text if name == "nested" else config_text("tok-x", text))
+        assert not done.applied, (name, done.logs)
+        assert done.logs.count(REFUSED) == 1, (name, done.logs)
+        [line] = [ln for ln in done.logs.splitlines() if REFUSED in ln]
+        assert f"{gw.config_path}: " in line and line.endswith(EXPECTED[name]), line
+        assert "Traceback" not in done.logs and "Task exception" not in done.logs, done.logs
+        assert "1" * 20 not in done.logs
+        assert reloads(gw, "refused") == i
+        assert authenticated(gw, "tok-1") == "alice", name
+        assert authenticated(gw, "tok-x") is None, name
+    done = reload_with(gw, config_text("tok-2"))
+    assert done.applied, done.logs
+    assert reloads(gw, "applied") == 1
+    assert authenticated(gw, "tok-2") == "alice"
+    assert authenticated(gw, "tok-1") is None
+    assert gw.proc.poll() is None
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_check_config_says_invalid_configuration_of_the_same_files(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(HOSTILE[name] if name == "nested" else config_text("tok-1", HOSTILE[name]))
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result
+    head, *lines = result.stderr.splitlines()
+    assert head == "invalid configuration:"
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].endswith(EXPECTED[name]), lines

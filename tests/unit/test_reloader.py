@@ -1,0 +1,129 @@
+"""A reload (SIGHUP) that fails for any reason is refused, logged in one line, counted,
+and the running config keeps serving; the next reload is handled as this one was
+(issue 36, item 3). In process, over a real gateway of the static backend; the
+process tier sends the signal (tests/process/test_config_reload.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from authn_gateway.config import load_config
+from authn_gateway.serve import reloader as reloader_module
+from authn_gateway.serve.app import GatewayApp
+from authn_gateway.serve.gateway import Gateway
+from authn_gateway.serve.generation import Generation
+from authn_gateway.serve.reloader import Reloader
+from tests.support.config_helpers import MINIMAL
+
+REFUSED = "config reload refused, still serving the previous config: "
+
+
+@pytest.fixture
+async def reloader(tmp_path: Path) -> AsyncIterator[Reloader]:
+    path = tmp_path / "gw.yaml"
+    path.write_text(MINIMAL)
+    config = load_config(path)
+    app = GatewayApp(Gateway(config, source=str(path)))
+    await app.generation.start()
+    yield Reloader(app, path, config)
+    await app.generation.close()
+
+
+def reloads(r: Reloader, result: str) -> float:
+    value = r.app.gateway.metrics.registry.get_sample_value(
+        "authn_gateway_config_reloads_total", {"result": result}
+    )
+    return value or 0.0
+
+
+def last_successful(r: Reloader) -> float | None:
+    registry = r.app.gateway.metrics.registry
+    return registry.get_sample_value("authn_gateway_config_last_reload_successful")
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    lines = [
+        rec.getMessage() for rec in caplog.records if "config reload refused" in rec.getMessage()
+    ]
+    assert all("\n" not in line for line in lines), lines
+    return lines
+
+
+async def verdict_of(r: Reloader, token: str) -> str:
+    verdict = await r.app.gateway.pipeline.review(token, (), caller="test")
+    return type(verdict.outcome).__name__
+
+
+async def test_a_file_nested_5000_deep_is_refused_then_a_valid_one_applies(
+    reloader: Reloader, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert last_successful(reloader) == 1
+    running = reloader.app.generation
+    assert reloader.source is not None
+    reloader.source.write_text("[" * 5000 + "]" * 5000)
+    with caplog.at_level(logging.INFO):
+        assert await reloader.reload() is False
+    [line] = refusals(caplog)
+    assert line == f"{REFUSED}{reloader.source}: line 1, column 65: nested more than 64 levels deep"
+    assert reloads(reloader, "refused") == 1
+    assert last_successful(reloader) == 0
+    assert reloader.app.generation is running
+    assert await verdict_of(reloader, "t") == "Authenticated"
+
+    reloader.source.write_text(MINIMAL.replace("token: t,", "token: t2,"))
+    assert await reloader.reload() is True
+    assert reloads(reloader, "applied") == 1
+    assert last_successful(reloader) == 1
+    assert reloader.app.generation is not running
+    assert await verdict_of(reloader, "t2") == "Authenticated"
+    assert await verdict_of(reloader, "t") == "Rejected"
+
+
+async def test_an_unexpected_exception_while_loading_is_refused_in_one_line(
+    reloader: Reloader, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(path: Path | None) -> None:
+        raise RecursionError("maximum recursion depth exceeded, near 'Zq9sEcReT'")
+
+    monkeypatch.setattr(reloader_module, "load_config", broken)
+    assert await reloader.reload() is False
+    assert await reloader.reload() is False  # and again: nothing was left locked or broken
+    lines = refusals(caplog)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{REFUSED}{reloader.source}: unexpected RecursionError at "), lines
+    assert "Zq9sEcReT" not in caplog.text
+    assert reloads(reloader, "refused") == 2
+    monkeypatch.undo()
+    assert await reloader.reload() is True
+
+
+async def test_a_generation_that_fails_to_start_is_refused_and_closed(
+    reloader: Reloader, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = reloader.app.generation
+    started: list[Generation] = []
+    closed: list[Generation] = []
+    real_close = Generation.close
+
+    async def failing_start(self: Generation) -> None:
+        started.append(self)
+        raise OverflowError("cannot convert float infinity to integer")
+
+    async def counted_close(self: Generation) -> None:
+        closed.append(self)
+        await real_close(self)
+
+    monkeypatch.setattr(Generation, "start", failing_start)
+    monkeypatch.setattr(Generation, "close", counted_close)
+    assert await reloader.reload() is False
+    [line] = refusals(caplog)
+    assert f"{reloader.source}: unexpected OverflowError at " in line
+    assert closed == started and len(started) == 1
+    assert reloader.app.generation is running
+    assert await verdict_of(reloader, "t") == "Authenticated"
+    assert reloads(reloader, "refused") == 1
+    assert reloads(reloader, "applied") == 0
