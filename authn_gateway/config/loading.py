@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from authn_gateway.config import safe_yaml
 from authn_gateway.config.safe_yaml import MAX_BYTES, yaml_problem
+from authn_gateway.config.safe_yaml import load as load_yaml
 from authn_gateway.config.schema import BACKEND_TYPES, GatewayConfig
 
 EMBEDDED_DEFAULT = "default.yaml"
@@ -67,7 +67,7 @@ def parse_config(text: str, source: str) -> GatewayConfig:
 
 def _parse(text: str, source: str) -> GatewayConfig:
     try:
-        data = safe_yaml.load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(source, [yaml_problem(exc)]) from None
     if not isinstance(data, dict):
