@@ -5,7 +5,8 @@ A cluster's reviews share each backend's bucket and concurrency slots with the o
 clusters' by weight (authn_gateway/layers/bucket/fair.py, layers/concurrency/fair.py).
 Callers that match no cluster, and every caller while no cluster is configured, are
 the cluster ``default``; an entry named ``default`` (with no credentials) sets its
-weight and the backends it may use.
+weight and the backends it may use. When every caller is in a configured cluster (each
+caller token and allowed subject named by one), ``default`` has no share of its own.
 """
 
 from __future__ import annotations
@@ -119,23 +120,44 @@ def cluster_problem(
                 return f"{at}.prefixes[{j}]: no backend has the prefix {prefix!r}"
             if cluster.backends is not None and owner not in cluster.backends:
                 return f"{at}.prefixes[{j}]: {prefix!r} is backend {owner!r}'s, not in its backends"
-    return _share_problem(clusters, backends)
+    return _share_problem(clusters, server, backends)
 
 
-def cluster_weights(clusters: Sequence[ClusterSettings]) -> dict[str, float]:
-    """Each cluster's weight, ``default`` included (1 unless configured)."""
+def cluster_weights(
+    clusters: Sequence[ClusterSettings], server: ServerSettings
+) -> dict[str, float]:
+    """Each cluster's weight, and ``default``'s (1 unless configured) when a caller can
+    be in it: a cluster no caller can be in would only hold a share to lend."""
     weights = {c.name: c.weight for c in clusters}
-    weights.setdefault(DEFAULT_CLUSTER, 1.0)
+    if DEFAULT_CLUSTER not in weights and default_reachable(clusters, server):
+        weights[DEFAULT_CLUSTER] = 1.0
     return weights
 
 
+def default_reachable(clusters: Sequence[ClusterSettings], server: ServerSettings) -> bool:
+    """Whether a caller can authenticate as no configured cluster: a caller token no
+    cluster names, a client certificate no cluster's subjects name (any the CA signed,
+    when allowed_subjects is empty), or no caller authentication at all."""
+    if not server.callers_must_authenticate:
+        return True
+    tokens = {t for c in clusters for t in c.caller_tokens}
+    if any(t.name not in tokens for t in server.caller_tokens):
+        return True
+    if server.tls is None or server.tls.client_ca_file is None:
+        return False
+    subjects = {s for c in clusters for s in c.subjects}
+    return not server.allowed_subjects or any(s not in subjects for s in server.allowed_subjects)
+
+
 def _share_problem(
-    clusters: Sequence[ClusterSettings], backends: Sequence[BackendSettings]
+    clusters: Sequence[ClusterSettings],
+    server: ServerSettings,
+    backends: Sequence[BackendSettings],
 ) -> str | None:
     """Every cluster's share of every bucket must hold at least one call's burst."""
     if not clusters:
         return None
-    weights = cluster_weights(clusters)
+    weights = cluster_weights(clusters, server)
     total = sum(weights.values())
     lightest = min(weights, key=lambda name: weights[name])
     for i, backend in enumerate(backends):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from authn_gateway.config import ClusterSettings, cluster_weights
+from authn_gateway.config import ClusterSettings, ServerSettings, cluster_weights
 from authn_gateway.layers.bucket.shares import FairShares
 from backends.context import DEFAULT_CLUSTER
 from backends.settings import BackendSettings
@@ -23,9 +23,9 @@ TOKEN_CALLER = "token:"
 
 
 class ClusterMap:
-    def __init__(self, clusters: Sequence[ClusterSettings]) -> None:
+    def __init__(self, clusters: Sequence[ClusterSettings], server: ServerSettings) -> None:
         self.configured = bool(clusters)
-        self.weights = cluster_weights(clusters)
+        self.weights = cluster_weights(clusters, server)
         self.names = tuple(self.weights)
         self._by_caller: dict[str, str] = {}
         self._settings = {c.name: c for c in clusters}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from authn_gateway.config import ServerSettings
 from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.bucket.metrics import LimiterMetrics
 from authn_gateway.observe.metrics import Metrics
@@ -65,7 +66,7 @@ class Pipeline:
     ) -> None:
         self.router = router
         #: Which cluster each caller is; a restricted cluster's own router.
-        self.clusters = clusters or ClusterMap(())
+        self.clusters = clusters or ClusterMap((), ServerSettings())
         self.cluster_routers = dict(cluster_routers or {})
         #: Each backend's stack by name (its breaker is what the admin routes reach).
         self.backends = dict(backends)

@@ -94,7 +94,7 @@ LayerFactory = Callable[[Authenticator, "StackContext"], Authenticator]
 
 def bucket_shares(config: GatewayConfig) -> FairShares | None:
     """How each backend's IdP is shared between clusters (None: no clusters)."""
-    return ClusterMap(config.clusters).shares()
+    return ClusterMap(config.clusters, config.server).shares()
 
 
 def outbound_bucket(

@@ -166,7 +166,7 @@ class Gateway:
         if previous is not None:
             # Denials are an operator's, like overrides: not lost to a reload.
             self.revocations.deny_list.carry_from(previous.revocations.deny_list)
-        self.clusters = ClusterMap(config.clusters)
+        self.clusters = ClusterMap(config.clusters, config.server)
         # Each backend is handed its own outbound bucket as the budget for follow-ups.
         shares = self.clusters.shares()
         buckets = [outbound_bucket(s, self.stores, shares) for s in config.backends]

@@ -153,12 +153,18 @@ def test_each_caller_is_its_cluster_and_anyone_else_is_default() -> None:
         ),
         "gw.yaml",
     )
-    clusters = ClusterMap(config.clusters)
+    clusters = ClusterMap(config.clusters, config.server)
     assert clusters.of("token:prod") == "prod"
     assert clusters.of("token:ci") == DEFAULT_CLUSTER  # a caller token of no cluster
     assert clusters.of("10.0.0.7") == DEFAULT_CLUSTER
     assert clusters.weights == {"prod": 3, DEFAULT_CLUSTER: 0.5}
-    assert ClusterMap(()).shares() is None  # no clusters: the bucket as it was
+    # Without its entry, default has a share only while some caller can be in it.
+    for named, has_default in ((["prod", "ci"], True), (["prod", "ci", "spare"], False)):
+        entries = [{"name": n, "caller_tokens": [n]} for n in named]
+        config = parse_config(yaml.safe_dump(document(entries)), "gw.yaml")
+        weights = ClusterMap(config.clusters, config.server).weights
+        assert (DEFAULT_CLUSTER in weights) is has_default, (named, weights)
+    assert ClusterMap((), config.server).shares() is None  # no clusters: the bucket as it was
 
 
 class Scripted(Backend):

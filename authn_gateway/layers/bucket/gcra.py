@@ -87,7 +87,7 @@ class TokenBucket:
         """A review's first call, for ``cluster``: whether it may go, and the share that
         paid (its own, or a lender's; the cluster itself when refused)."""
         shares = self.shares
-        if shares is None:
+        if shares is None or shares.index(cluster) is None:
             return await self.acquire(max_wait), cluster
         wait, paid_by = await self.store.take_fair(
             self.key, self.interval, self.burst, max_wait, shares, cluster

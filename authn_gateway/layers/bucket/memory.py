@@ -49,6 +49,7 @@ class MemoryBucketStore:
             [borrowing.get(k, (0.0, -1e18))[1] for k in keys],
         )
         own = shares.index(cluster)
+        assert own is not None, "a cluster with no share takes from the ceiling (TokenBucket)"
         new, wait, charged = fair_gcra(
             state,
             self._clock(),

@@ -73,6 +73,7 @@ class RedisBucketStore:
         ceiling = self._link.key(key)
         keys = [ceiling, *(share_key(ceiling, name) for name in shares.names)]
         own = shares.index(cluster)
+        assert own is not None, "a cluster with no share takes from the ceiling (TokenBucket)"
         args = [
             repr(interval),
             burst,
