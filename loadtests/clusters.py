@@ -1,0 +1,555 @@
+"""Three clusters against one IdP in brownout: ``python -m loadtests.clusters``.
+
+The IdP (the fake, in capacity mode: ``--capacity`` calls in service at once, 50 ms
+each, so C = capacity / 0.05 calls/s) is shared by three clusters, each a
+kube-apiserver with its own caller token (issue 37):
+
+* cluster ``a`` storms: ``--storm`` x C reviews/s of never-seen tokens (the IdP
+  refuses them: a CI system minting tokens, a misconfigured controller);
+* clusters ``b`` and ``c`` each log in ``--logins`` x C never-seen *valid* tokens a
+  second, and review their known users (30 each, warmed up before the clock starts);
+* ``a`` reviews its known users too.
+
+Each variant runs the same load on a fresh IdP and gateway (one, or ``--replicas``
+sharing Redis): ``fair`` with the three clusters configured (each IdP shared by weight),
+``shared`` without ``clusters:`` (every caller one share: the gateway before issue 37),
+side by side. Figures come from the IdP's own counters per cluster (the fake counts
+calls by the tag after a token's last ``@``: ``good-b17~@b``), and the clients' own
+records; the checks are the issue's guarantees:
+
+* b and c get >= 0.95 of the logins they ask for, with an IdP queue-wait p99 <= 200 ms;
+* a gets the rest, and no more than C calls/s in total;
+* every cluster's known users are served (fresh or stale) >= 99 %;
+* the IdP never sees more calls in a second than the bucket allows (burst + rate).
+
+Prints one table per variant and writes ``<out>/clusters.png`` (each cluster's share of
+the IdP's calls, second by second) and ``<out>/clusters.json``.
+
+    python -m loadtests.clusters --seconds 30
+    python -m loadtests.clusters --replicas 3 --seconds 30 --out docs/img
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from loadtests.run import Fake, fake_server
+from tests.support.procs import GatewayProcess, start_gateway
+from tests.support.redis_server import RedisServer
+
+CLUSTERS = ("a", "b", "c")
+STORM, LOGIN, KNOWN = "storm", "login", "known"
+KNOWN_USERS = 30
+SERVICE_TIME = 0.05
+REVIEW_PATH = "/authenticate?timeout=30s"
+VARIANTS = ("fair", "shared")
+
+
+@dataclass
+class Review:
+    cluster: str
+    kind: str
+    sent: float  # seconds since the clock started
+    seconds: float
+    status: int | None  # None: no HTTP answer
+    authenticated: bool = False
+    error: str | None = None
+
+    @property
+    def served(self) -> bool:
+        """The answer the token deserves: its user for a valid token, no error."""
+        return self.status == 200 and self.error is None and self.authenticated
+
+
+@dataclass
+class Run:
+    variant: str
+    capacity_per_s: float
+    seconds: float
+    bucket_rate: float
+    bucket_burst: int
+    reviews: list[Review] = field(default_factory=list)
+    idp: dict[str, Any] = field(default_factory=dict)
+    started_wall: float = 0.0
+    #: Every replica's /metrics at the end of the run.
+    scrapes: list[str] = field(default_factory=list)
+
+
+# ---- the client ------------------------------------------------------------------------
+
+
+class Connections:
+    """One cluster's keep-alive connections to one gateway, at most ``limit`` of them
+    (a kube-apiserver keeps a handful), each carrying one review at a time; a review
+    finding all of them busy waits for one, as a client's own queue."""
+
+    def __init__(self, port: int, limit: int = 32) -> None:
+        self.port = port
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._free = asyncio.Semaphore(limit)
+
+    async def review(self, request: bytes) -> tuple[int, bytes]:
+        async with self._free:
+            return await self._exchange(request)
+
+    async def _exchange(self, request: bytes) -> tuple[int, bytes]:
+        if self._idle:
+            conn = self._idle.pop()
+        else:
+            conn = await asyncio.open_connection("127.0.0.1", self.port)
+        reader, writer = conn
+        try:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = await reader.readexactly(length)
+        except BaseException:
+            writer.close()
+            raise
+        if b"connection: close" in head.lower():
+            writer.close()
+        else:
+            self._idle.append(conn)
+        return status, body
+
+    def close(self) -> None:
+        for _, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
+def request(token: str, caller_token: str) -> bytes:
+    body = orjson.dumps(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+    )
+    return (
+        f"POST {REVIEW_PATH} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {caller_token}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def known_token(cluster: str, i: int) -> str:
+    return f"good-{cluster}known{i}~@{cluster}"
+
+
+async def one(
+    pool: Connections, cluster: str, kind: str, token: str, caller: str, t0: float
+) -> Review:
+    sent = time.monotonic()
+    try:
+        async with asyncio.timeout(35):
+            status, body = await pool.review(request(token, caller))
+    except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        return Review(
+            cluster, kind, sent - t0, time.monotonic() - sent, None, error=type(exc).__name__
+        )
+    seconds = time.monotonic() - sent
+    review = Review(cluster, kind, sent - t0, seconds, status)
+    if status == 200:
+        answer = orjson.loads(body).get("status", {})
+        review.authenticated = bool(answer.get("authenticated"))
+        review.error = answer.get("error")
+    return review
+
+
+async def offer(
+    pools: list[Connections],  # the cluster's own, one per replica
+    callers: dict[str, str],
+    cluster: str,
+    kind: str,
+    rate: float,
+    seconds: float,
+    t0: float,
+    out: list[Review],
+    rng: random.Random,
+) -> None:
+    """Open loop: Poisson arrivals at ``rate``/s for ``seconds``, round robin over the
+    replicas, whatever the answers do (kube-apiserver's clients do not wait for each
+    other)."""
+    if rate <= 0:
+        return
+    tasks: set[asyncio.Task[None]] = set()
+    replicas = itertools.cycle(pools)
+    serial = itertools.count()
+    at = 0.0
+    while True:
+        at += rng.expovariate(rate)
+        if at >= seconds:
+            break
+        delay = t0 + at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if kind == KNOWN:
+            token = known_token(cluster, rng.randrange(KNOWN_USERS))
+        elif kind == LOGIN:
+            token = f"good-{cluster}new{next(serial)}~{secrets.token_hex(4)}@{cluster}"
+        else:
+            token = f"junk-{secrets.token_hex(8)}@{cluster}"
+
+        async def send(pool: Connections, token: str) -> None:
+            out.append(await one(pool, cluster, kind, token, callers[cluster], t0))
+
+        task = asyncio.create_task(send(next(replicas), token))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def warm_up(ports: list[int], callers: dict[str, str]) -> None:
+    """Every known user reviewed once: the gateway knows them when the clock starts.
+    Paced under each cluster's share of the bucket."""
+    pools = [Connections(p) for p in ports]
+    for cluster in CLUSTERS:
+        for i in range(KNOWN_USERS):
+            await asyncio.sleep(0.1)
+            pool = pools[i % len(pools)]
+            review = await one(pool, cluster, KNOWN, known_token(cluster, i), callers[cluster], 0.0)
+            if not review.served:
+                raise RuntimeError(f"warm-up of {cluster}'s known user {i} failed: {review}")
+    for pool in pools:
+        pool.close()
+
+
+async def drive(
+    ports: list[int], callers: dict[str, str], rates: dict[tuple[str, str], float], seconds: float
+) -> tuple[list[Review], float]:
+    pools = [Connections(p) for p in ports]
+    out: list[Review] = []
+    t0 = time.monotonic()
+    wall = time.time()
+    rng = random.Random(2026)
+    await asyncio.gather(
+        *(
+            offer(
+                pools, callers, cluster, kind, rate, seconds, t0, out, random.Random(rng.random())
+            )
+            for (cluster, kind), rate in rates.items()
+        )
+    )
+    for pool in pools:
+        pool.close()
+    return out, wall
+
+
+# ---- the processes ---------------------------------------------------------------------
+
+
+def gateway_config(
+    variant: str,
+    fake: Fake,
+    callers: dict[str, str],
+    rate: float,
+    burst: int,
+    redis: RedisServer | None,
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "secret": "clusters-loadtest-only-" + secrets.token_urlsafe(32),
+        "logging": {"level": "warning", "reviews": False},
+        "server": {"caller_tokens": [{"name": n, "token": t} for n, t in callers.items()]},
+        "backends": [
+            {
+                "name": "idp",
+                "type": "userinfo",
+                "url": f"http://127.0.0.1:{fake.port}/userinfo",
+                "bucket": {"rate": rate, "burst": burst},
+                "timeouts": {"connect_seconds": 1, "read_seconds": 1, "total_seconds": 1},
+                # Known users' entries go stale during the run: their refreshes share
+                # the IdP too, and are answered stale meanwhile.
+                "cache": {"positive_ttl_seconds": 10, "negative_ttl_seconds": 30},
+            }
+        ],
+    }
+    if variant == "fair":
+        config["clusters"] = [{"name": n, "caller_tokens": [n]} for n in CLUSTERS]
+    if redis is not None:
+        config["redis"] = {"url": redis.url}
+    return config
+
+
+@contextmanager
+def gateways(
+    config: dict[str, Any], replicas: int, workdir: Path
+) -> Iterator[list[GatewayProcess]]:
+    started: list[GatewayProcess] = []
+    try:
+        for i in range(replicas):
+            started.append(start_gateway(config, workdir, name=f"gateway-{i}"))
+        yield started
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+def run_variant(variant: str, args: argparse.Namespace, workdir: Path) -> Run:
+    capacity_per_s = args.capacity / SERVICE_TIME
+    rate, burst = capacity_per_s, int(capacity_per_s)
+    callers = {n: f"caller-{n}-" + secrets.token_urlsafe(32) for n in CLUSTERS}
+    rates: dict[tuple[str, str], float] = {("a", STORM): args.storm * capacity_per_s}
+    for cluster in CLUSTERS:
+        rates[(cluster, KNOWN)] = args.known_rate
+    for cluster in ("b", "c"):
+        rates[(cluster, LOGIN)] = args.logins * capacity_per_s
+    run = Run(variant, capacity_per_s, args.seconds, rate, burst)
+    with ExitStack() as stack:
+        fake = stack.enter_context(fake_server("idp", workdir))
+        redis = None
+        if args.replicas > 1:
+            redis = RedisServer(workdir).start()
+            stack.callback(redis.stop)
+        config = gateway_config(variant, fake, callers, rate, burst, redis)
+        procs = stack.enter_context(gateways(config, args.replicas, workdir / variant))
+        ports = [g.port for g in procs]
+        asyncio.run(warm_up(ports, callers))
+        # The IdP's counters from here on: the brownout, and nothing of the warm-up.
+        fake.control_call("/_fake/reset", None)
+        fake.faults({"capacity": args.capacity, "service_time": SERVICE_TIME})
+        reviews, wall = asyncio.run(drive(ports, callers, rates, args.seconds))
+        run.reviews, run.started_wall = reviews, wall
+        run.idp = fake.stats()
+        # /metrics on the review port answers authenticated callers only.
+        auth = {"Authorization": f"Bearer {callers['a']}"}
+        run.scrapes = [httpx.get(f"{g.url}/metrics", headers=auth, timeout=10).text for g in procs]
+    return run
+
+
+# ---- the figures -----------------------------------------------------------------------
+
+
+def figures(run: Run) -> dict[str, Any]:
+    """Per cluster: what it asked and got, from its clients' records and the IdP's."""
+    start, end = int(run.started_wall), int(run.started_wall + run.seconds)
+    by_tag = run.idp.get("by_tag", {})
+    out: dict[str, Any] = {"variant": run.variant, "clusters": {}}
+    total_per_second: dict[int, int] = {}
+    for cluster in CLUSTERS:
+        tag = by_tag.get(cluster, {})
+        per_second = {int(s): n for s, n in tag.get("per_second", [])}
+        for s, n in per_second.items():
+            if start <= s < end:
+                total_per_second[s] = total_per_second.get(s, 0) + n
+        mine = [r for r in run.reviews if r.cluster == cluster]
+        logins = [r for r in mine if r.kind == LOGIN]
+        known = [r for r in mine if r.kind == KNOWN]
+        login_latency = sorted(r.seconds for r in logins)
+        out["clusters"][cluster] = {
+            "idp_calls": tag.get("calls", 0),
+            "idp_calls_per_s": sum(n for s, n in per_second.items() if start <= s < end)
+            / run.seconds,
+            "idp_queue_wait_p99_ms": tag.get("queue_wait_p99_ms"),
+            "logins_asked": len(logins),
+            "logins_served": sum(r.served for r in logins) / len(logins) if logins else None,
+            "login_p99_ms": 1000 * login_latency[int(0.99 * (len(login_latency) - 1))]
+            if logins
+            else None,
+            "known_served": sum(r.served for r in known) / len(known) if known else None,
+            "errors_5xx": sum(1 for r in mine if r.status is not None and r.status >= 500),
+            "logins_not_served_by_reason": _reasons(r for r in logins if not r.served),
+            "gateway_shed_by_reason": _shed(run.scrapes, cluster),
+            "per_second": [per_second.get(s, 0) for s in range(start, end)],
+        }
+    peak = max(total_per_second.values(), default=0)
+    out["idp_peak_calls_in_a_second"] = peak
+    out["bucket_allows_in_a_second"] = run.bucket_burst + run.bucket_rate
+    out["capacity_per_s"] = run.capacity_per_s
+    return out
+
+
+def _shed(scrapes: list[str], cluster: str) -> dict[str, int]:
+    """authn_gateway_cluster_shed_total of ``cluster``, by reason, summed over replicas."""
+    shed: dict[str, int] = {}
+    for scrape in scrapes:
+        for line in scrape.splitlines():
+            if (
+                line.startswith("authn_gateway_cluster_shed_total{")
+                and f'cluster="{cluster}"' in line
+            ):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                shed[reason] = shed.get(reason, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return shed
+
+
+def _reasons(reviews: Iterator[Review]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for r in reviews:
+        why = r.error or (f"HTTP {r.status}" if r.status != 200 else "not authenticated")
+        counted[why] = counted.get(why, 0) + 1
+    return dict(sorted(counted.items(), key=lambda kv: -kv[1]))
+
+
+def checks(f: dict[str, Any]) -> list[tuple[str, bool]]:
+    c = f["clusters"]
+    served = [(n, c[n]["logins_served"]) for n in ("b", "c")]
+    waits = [(n, c[n]["idp_queue_wait_p99_ms"]) for n in ("b", "c")]
+    return [
+        ("b, c logins served >= 0.95", all(v is not None and v >= 0.95 for _, v in served)),
+        ("b, c IdP queue-wait p99 <= 200 ms", all(v is not None and v <= 200 for _, v in waits)),
+        ("a's IdP calls <= C per second", c["a"]["idp_calls_per_s"] <= f["capacity_per_s"]),
+        ("known users served >= 99 %", all((c[n]["known_served"] or 0) >= 0.99 for n in CLUSTERS)),
+        (
+            "IdP calls in any second <= bucket",
+            f["idp_peak_calls_in_a_second"] <= f["bucket_allows_in_a_second"],
+        ),
+    ]
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    rows: list[tuple[str, ...]] = [("", *(f"{f['variant']}" for f in runs))]
+
+    def add(label: str, get: Any) -> None:
+        rows.append((label, *(_fmt(get(f)) for f in runs)))
+
+    for n in CLUSTERS:
+        add(f"{n}: IdP calls/s", lambda f, n=n: f["clusters"][n]["idp_calls_per_s"])
+        add(f"{n}: IdP queue-wait p99 ms", lambda f, n=n: f["clusters"][n]["idp_queue_wait_p99_ms"])
+        if n != "a":
+            add(f"{n}: logins asked", lambda f, n=n: f["clusters"][n]["logins_asked"])
+            add(f"{n}: logins served", lambda f, n=n: f["clusters"][n]["logins_served"])
+            add(f"{n}: login p99 ms", lambda f, n=n: f["clusters"][n]["login_p99_ms"])
+        add(f"{n}: known users served", lambda f, n=n: f["clusters"][n]["known_served"])
+        add(f"{n}: 5xx", lambda f, n=n: f["clusters"][n]["errors_5xx"])
+    add("IdP peak calls in a second", lambda f: f["idp_peak_calls_in_a_second"])
+    for n in CLUSTERS:
+        add(
+            f"{n}: calls the gateway shed, by reason",
+            lambda f, n=n: (
+                ", ".join(
+                    f"{why} {count}"
+                    for why, count in f["clusters"][n]["gateway_shed_by_reason"].items()
+                )
+                or "-"
+            ),
+        )
+    for n in ("b", "c"):
+        add(
+            f"{n}: logins not served, by reason",
+            lambda f, n=n: (
+                ", ".join(
+                    f"{why} {count}"
+                    for why, count in f["clusters"][n]["logins_not_served_by_reason"].items()
+                )
+                or "-"
+            ),
+        )
+    add("bucket allows in a second", lambda f: f["bucket_allows_in_a_second"])
+    for i, (label, _) in enumerate(checks(runs[0])):
+        rows.append((f"check: {label}", *("ok" if checks(f)[i][1] else "MISSED" for f in runs)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |"
+        for row in rows
+    )
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    """Each cluster's share of the IdP's calls, second by second, one panel a variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.2 * len(runs)), sharex=True, dpi=80)
+    axes = axes if len(runs) > 1 else [axes]
+    for ax, f in zip(axes, runs, strict=True):
+        per = [f["clusters"][n]["per_second"] for n in CLUSTERS]
+        seconds = range(len(per[0]))
+        totals = [sum(col) or 1 for col in zip(*per, strict=True)]
+        shares = [[v / t for v, t in zip(row, totals, strict=True)] for row in per]
+        labels = [
+            "a (storm of never-seen tokens)",
+            "b (logins + known users)",
+            "c (logins + known users)",
+        ]
+        ax.stackplot(seconds, shares, labels=labels, alpha=0.8)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("share of IdP calls")
+        title = (
+            "clusters configured (fair)" if f["variant"] == "fair" else "no clusters (one share)"
+        )
+        ax.set_title(f"{title}: IdP at {f['capacity_per_s']:.0f} calls/s", fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    axes[-1].set_xlabel("seconds")
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.clusters", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--replicas", type=int, default=1, help="gateways sharing Redis (1: no Redis)")
+    p.add_argument(
+        "--capacity", type=int, default=4, help="IdP calls in service at once (C = this / 0.05 s)"
+    )
+    p.add_argument(
+        "--storm", type=float, default=10.0, help="cluster a's never-seen tokens, x C per second"
+    )
+    p.add_argument(
+        "--logins", type=float, default=0.2, help="b's and c's logins, each x C per second"
+    )
+    p.add_argument(
+        "--known-rate", type=float, default=30.0, help="each cluster's known users' reviews/s"
+    )
+    p.add_argument("--variant", choices=[*VARIANTS, "both"], default="both")
+    p.add_argument(
+        "--out", type=Path, default=None, help="write clusters.png and clusters.json here"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    variants = VARIANTS if args.variant == "both" else (args.variant,)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="clusters-") as tmp:
+        for variant in variants:
+            workdir = Path(tmp) / variant
+            (workdir / variant).mkdir(parents=True)
+            results.append(figures(run_variant(variant, args, workdir)))
+    print(
+        f"three clusters, one IdP at C = {results[0]['capacity_per_s']:.0f} calls/s, "
+        f"{args.replicas} replica(s), {args.seconds:g} s: a storms at {args.storm:g} x C, "
+        f"b and c log in at {args.logins:g} x C each"
+    )
+    print(table(results))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        suffix = "" if args.replicas == 1 else f"-{args.replicas}-replicas"
+        (args.out / f"clusters{suffix}.json").write_text(json.dumps(results, indent=1))
+        plot(results, args.out / f"clusters{suffix}.png")
+        print(f"wrote {args.out}/clusters{suffix}.png and .json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
