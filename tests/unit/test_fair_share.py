@@ -152,6 +152,25 @@ async def test_a_storming_clusters_line_is_full_while_another_cluster_still_queu
     await asyncio.gather(*storm, return_exceptions=True)
 
 
+async def test_only_the_longest_line_is_refused_after_one_round() -> None:
+    clock = Clock()
+    lim = fixed_limiter(2, clock, {"a": 1, "b": 1})
+    held = [lim.try_acquire(NF, "a") for _ in range(2)]
+    waiting = [asyncio.create_task(lim.acquire(NF, clock.now + 5, "a")) for _ in range(6)]
+    logins = [asyncio.create_task(lim.acquire(NF, clock.now + 5, "b")) for _ in range(3)]
+    await asyncio.sleep(0)
+    # a's line (the longest) holds one round (2); b's three wait within two rounds.
+    assert sum(t.done() for t in waiting) == 4
+    assert not any(t.done() for t in logins)
+    assert lim.waiting(cluster="b") == 3
+    for slot in held:
+        assert slot is not None
+        lim.release(slot, rtt=0.05)
+    for task in [*waiting, *logins]:
+        task.cancel()
+    await asyncio.gather(*waiting, *logins, return_exceptions=True)
+
+
 async def test_a_saturated_limit_is_saturated_for_every_cluster() -> None:
     clock = Clock()
     lim = fixed_limiter(1, clock, {"a": 1, "b": 1})

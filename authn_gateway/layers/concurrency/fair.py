@@ -113,6 +113,16 @@ class FairLine(Generic[W]):
                 others += min(queued, math.ceil(gap * self.weight(name)))
         return own + others
 
+    def longest(self, cluster: str) -> bool:
+        """Whether ``cluster``'s line is longer for its weight than every other waiting
+        line: the one a storm comes from, or the only one waiting."""
+        mine = self.waiting(cluster=cluster) / self.weight(cluster)
+        return all(
+            (queued := sum(len(q) for q in line.values())) == 0 or queued / self.weight(name) < mine
+            for name, line in self._lines.items()
+            if name != cluster
+        )
+
     def pop(self) -> tuple[str, W] | None:
         """The next waiter in fair order, with its cluster (not charged: the caller
         charges a grant, and drops a waiter that gave up for free)."""

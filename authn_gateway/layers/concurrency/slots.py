@@ -13,7 +13,9 @@ slots are taken, a call may wait, but never long and never in vain:
 * nobody waits while the limit has no latency measured yet or the IdP's last calls
   failed or timed out (waiting for a hung IdP only adds a call timeout);
 * the line is fair between clusters (:mod:`.fair`): each cluster's waiters get slots
-  in proportion to its weight, so one cluster's storm waits behind its own share;
+  in proportion to its weight, so one cluster's storm waits behind its own share; the
+  cluster with the longest line for its weight is refused after one round ahead,
+  another after two;
 * within a cluster, calls with no fallback (a token never seen, nothing to serve
   stale) go first; calls that could be answered stale (refreshes) get a slot only when
   no call of the first kind of the same cluster waits.
@@ -118,8 +120,12 @@ class ConcurrencyLimiter:
             return self._refuse(Refusal.FAILING)
         rtt = self.algorithm.recent_rtt
         # In the fair order: a storming cluster's line is full long before another's.
+        # The cluster with the longest line (for its weight: the one storming, or the
+        # only one) waits one round at most; another may wait two, so that a burst of
+        # its logins under its share is not refused for the storm's sake.
         ahead = self._line.ahead(cluster, priority)
-        if ahead >= self.limit:
+        rounds = 1 if self._line.longest(cluster) else 2
+        if ahead >= rounds * self.limit:
             return self._refuse(Refusal.QUEUE_FULL)
         # Rounds of `limit` calls ahead, each about one recent latency, then its own call.
         if rtt is not None and now + rtt * (math.floor(ahead / self.limit) + 1) > deadline:
