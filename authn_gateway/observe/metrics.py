@@ -127,6 +127,20 @@ class Count:
         self.value += 1
 
 
+def counter_family(
+    name: str,
+    documentation: str,
+    labels: list[str],
+    counts: Iterable[tuple[tuple[str, ...], int]],
+) -> CounterMetricFamily:
+    """A counter family from plain integer counts by label values (a dict's items),
+    read at scrape time: a snapshot, as only the event loop writes them."""
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for values, count in list(counts):
+        family.add_metric(list(values), count)
+    return family
+
+
 class BackendCollectors(Collector):
     """The metrics backends export themselves, registered once per process.
 

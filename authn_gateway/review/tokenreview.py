@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from authn_gateway.json_body import json_object
 from authn_gateway.kube_status import render_error
 from authn_gateway.review.markers import NONE as NO_MARKERS
 from authn_gateway.review.markers import Markers
@@ -39,12 +40,7 @@ class ReviewRequest:
 
 def parse_review(body: bytes) -> ReviewRequest:
     """The review in ``body``; :class:`BadReview` (and nothing else) for any other body."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise BadReview("body is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise BadReview("body must be a JSON object")
+    doc = json_object(body, BadReview)
     # Each field's type is checked before its value is used: a list or an object where
     # a string belongs is the same 400 naming the field, never a TypeError.
     api_version = doc.get("apiVersion")

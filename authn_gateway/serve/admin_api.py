@@ -13,11 +13,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from authn_gateway.json_body import json_object as json_object_of
 from authn_gateway.observe.audit import AuditLog
 from authn_gateway.revocation.subject import FIELDS, BadSubject, Subject, from_request
 from authn_gateway.serve.gateway import Gateway
@@ -46,13 +46,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
     """An admin call's JSON object body, or :class:`BadRequest` saying what is wrong."""
     if len(raw) > MAX_BODY:
         raise BadRequest(f"body larger than {MAX_BODY} bytes")
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise BadRequest("body is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise BadRequest("body must be a JSON object")
-    return doc
+    return json_object_of(raw, BadRequest)
 
 
 async def capped_body(request: Request, limit: int = MAX_BODY) -> bytes:

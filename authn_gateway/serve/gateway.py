@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Sequence
 
+from authn_gateway.authorization.metrics import AuthorizationMetrics
 from authn_gateway.config import SECRET_ENV, ConfigError, GatewayConfig
 from authn_gateway.edge.metrics import EdgeMetrics
 from authn_gateway.fleet.metrics import FleetMetrics
@@ -57,6 +58,7 @@ METRICS_GROUPS: tuple[type[MetricsGroup], ...] = (
     CallMetrics,
     FleetMetrics,
     RevocationMetrics,
+    AuthorizationMetrics,
 )
 
 

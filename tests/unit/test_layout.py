@@ -33,9 +33,26 @@ ABOVE_STORES = (
 
 # The folders of authn_gateway, by role; its top-level modules are the foundations every
 # folder may import, or the entry points that may import anything.
-FOLDERS = ("serve", "edge", "review", "layers", "revocation", "fleet", "observe")
+FOLDERS = (
+    "serve",
+    "edge",
+    "authorization",
+    "review",
+    "layers",
+    "revocation",
+    "fleet",
+    "observe",
+)
 
-FOUNDATIONS = ("config", "eager", "keyed_hashes", "kube_status", "secret_strength", "tasks")
+FOUNDATIONS = (
+    "config",
+    "eager",
+    "json_body",
+    "keyed_hashes",
+    "kube_status",
+    "secret_strength",
+    "tasks",
+)
 
 ENTRY_POINTS = ("__main__", "admin_cli", "cli")
 
@@ -165,6 +182,18 @@ def test_review_never_imports_the_server_or_the_edge(graph: dict[str, set[str]])
     """review/ never imports serve/ or edge/: serve/ assembles a review path and puts it
     behind the edge, never the other way round."""
     assert_never_imports(graph, "review", "serve", "edge")
+
+
+def test_authorization_imports_no_review_path_server_or_edge(
+    graph: dict[str, set[str]],
+) -> None:
+    """authorization/ (the SubjectAccessReview webhook: its format, policies, decisions,
+    cache) never imports serve/, edge/, review/, layers/, fleet/ or revocation/: a
+    decision reads the review alone, never a backend's stack, and serve/ puts it behind
+    the edge as it puts the review path."""
+    assert_never_imports(
+        graph, "authorization", "serve", "edge", "review", "layers", "fleet", "revocation"
+    )
 
 
 def test_revocation_imports_no_layer_review_or_server(graph: dict[str, set[str]]) -> None:
