@@ -143,6 +143,10 @@ async def _build_and_close(config: GatewayConfig, source: str) -> None:
             raise ConfigError(source, [f"server.audit_log: cannot write in {parent}"])
     gateway = Gateway(config, source=source)
     await gateway.close()
+    policy = gateway.authorization.source if gateway.authorization is not None else None
+    if policy is not None and policy.error is not None:
+        # serve starts without it (answering authorization.on_error); say so here.
+        raise ConfigError(source, [f"authorization.keystone_policy_file: {policy.error}"])
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Union
 
 from pydantic import Field, model_validator
 
+from authn_gateway.config.authorization import AuthorizationSettings
 from authn_gateway.config.clusters import MAX_CLUSTERS, ClusterSettings, cluster_problem
 from authn_gateway.config.redis_settings import RedisSettings
 from authn_gateway.config.sections import (
@@ -68,6 +69,8 @@ class GatewayConfig(Strict):
     # The kube-apiservers (clusters) this gateway serves, and each one's share of every
     # IdP (config/clusters.py). Empty: every caller is the cluster "default".
     clusters: list[ClusterSettings] = Field(default_factory=list, max_length=MAX_CLUSTERS)
+    # The SubjectAccessReview webhook (docs/authorization.md); off when unset.
+    authorization: AuthorizationSettings | None = None
 
     @model_validator(mode="after")
     def _secret_from_the_environment(self) -> GatewayConfig:
@@ -122,6 +125,12 @@ class GatewayConfig(Strict):
         problem = cluster_problem(self.clusters, self.server, self.backends)
         if problem is not None:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _one_path_each(self) -> GatewayConfig:
+        if self.authorization is not None and self.authorization.path == self.server.review_path:
+            raise ValueError("authorization.path: must differ from server.review_path")
         return self
 
     def cache_for(self, backend: BackendSettings) -> CacheSettings:

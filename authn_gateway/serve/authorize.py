@@ -13,23 +13,18 @@ retries those with backoff, and then has no opinion anyway.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from authn_gateway.authorization.sar import BadAccessReview
 from authn_gateway.authorization.webhook import WHERE, AuthorizationWebhook
 from authn_gateway.config import ServerSettings
 from authn_gateway.edge.callerauth import CallerAuth
-from authn_gateway.kube_status import render_error
-from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.metrics import Metrics
-from authn_gateway.serve.metrics import ServeMetrics
 from authn_gateway.serve.webhook_http import (
     Receive,
+    Refusals,
+    Reply,
+    RequestGate,
     Scope,
     Send,
-    TooLarge,
-    head_refusal,
-    read_body,
     send_json,
 )
 
@@ -37,14 +32,7 @@ from authn_gateway.serve.webhook_http import (
 REFUSAL_KEY = "authn_gateway.authorize_refusal"
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    status: int
-    body: bytes
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-
-
-async def send_refusal(refusal: Refusal, send: Send) -> None:
+async def send_refusal(refusal: Reply, send: Send) -> None:
     """A refusal :meth:`AuthorizeEndpoint.answer_at_once` left in the scope: sent by the
     app whichever generation is current (a reload may have swapped the endpoint)."""
     await send_json(send, refusal.status, refusal.body, refusal.headers)
@@ -63,8 +51,8 @@ class AuthorizeEndpoint:
         self.webhook = webhook
         self.callers = callers
         self.max_body = server.max_body_bytes
-        self.metrics = metrics
-        self.serving = metrics.group(ServeMetrics)
+        self.refusals = Refusals(metrics, WHERE)
+        self.gate = RequestGate(callers, self.max_body, self.refusals)
 
     def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
         """The edge's hook for a request that arrived whole: the 200's body, or None
@@ -82,49 +70,19 @@ class AuthorizeEndpoint:
         elif answer is not None:  # (None: the client went away)
             await send_refusal(answer, send)
 
-    async def _read(self, scope: Scope, receive: Receive) -> bytes | Refusal | None:
-        refused = self._head(scope)
-        if refused is not None:
-            return refused
-        try:
-            body = await read_body(receive, self.max_body)
-        except TooLarge:
-            return self._refused(413, f"body larger than {self.max_body} bytes")
-        except ConnectionResetError:
-            return None
-        return self._decide(body)
+    async def _read(self, scope: Scope, receive: Receive) -> bytes | Reply | None:
+        body = await self.gate.read(scope, receive)
+        return self._decide(body) if isinstance(body, bytes) else body
 
-    def _answer(self, scope: Scope, body: bytes) -> bytes | Refusal:
-        refused = self._head(scope)
-        if refused is not None:
-            return refused
-        if len(body) > self.max_body:
-            return self._refused(413, f"body larger than {self.max_body} bytes")
-        return self._decide(body)
+    def _answer(self, scope: Scope, body: bytes) -> bytes | Reply:
+        refusal = self.gate.whole(scope, body)
+        return refusal if refusal is not None else self._decide(body)
 
-    def _head(self, scope: Scope) -> Refusal | None:
-        try:
-            refused = head_refusal(scope, self.callers, self.max_body)
-        except Exception as exc:
-            return self._unreadable(exc)
-        return None if refused is None else self._refused(*refused)
-
-    def _decide(self, body: bytes) -> bytes | Refusal:
+    def _decide(self, body: bytes) -> bytes | Reply:
         try:
             return self.webhook.answer(body)
         except BadAccessReview as exc:
-            return self._refused(400, str(exc))
+            return self.refusals.refused(400, str(exc))
         except Exception as exc:
-            return self._unreadable(exc)
-
-    def _unreadable(self, exc: Exception) -> Refusal:
-        # A bug of ours before a decision: a 400 (kube-apiserver does not retry it,
-        # and answers no opinion), never a 500.
-        internal_error(WHERE, exc, self.metrics)
-        return self._refused(400, "request could not be read (internal error, logged)")
-
-    def _refused(
-        self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
-    ) -> Refusal:
-        self.serving.bad_request(status)
-        return Refusal(status, render_error(status, message), headers or [])
+            # A bug of ours before a decision: a 400 (no opinion there, no retry).
+            return self.refusals.unreadable(exc)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from authn_gateway.eager import Suspended, run_eagerly
-from authn_gateway.edge.callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
-from authn_gateway.kube_status import render_error
+from authn_gateway.edge.callerauth import CallerAuth
 from authn_gateway.observe.audit import AuditLog
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.reviewlog import ReviewLog
@@ -34,32 +32,22 @@ from authn_gateway.review.tokenreview import (
     render_verdict,
 )
 from authn_gateway.serve.gateway import Gateway
-from authn_gateway.serve.metrics import ServeMetrics
+from authn_gateway.serve.webhook_http import (
+    Receive,
+    Refusals,
+    Reply,
+    RequestGate,
+    Scope,
+    Send,
+    caller_identity,
+    send_json,
+)
 from backends.base import Authenticated, Verdict
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-JSON_HEADERS = [(b"content-type", b"application/json")]
 # Cached answers kept rendered (a few hundred bytes each).
 RENDERED_ANSWERS = 10_000
-
-
-class TooLarge(Exception):
-    pass
-
-
-@dataclass(slots=True)
-class Reply:
-    """A refusal: an HTTP status and a Kubernetes Status. (A 200 is its body alone.)"""
-
-    status: int
-    body: bytes
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -89,58 +77,6 @@ class Begun:
     step: Reply | Waiting
 
 
-# The request headers the review path reads; one pass collects them.
-_WANTED = frozenset({b"content-type", b"content-encoding", b"content-length", b"authorization"})
-
-
-def _headers(scope: Scope) -> dict[bytes, bytes]:
-    return {k: bytes(v) for k, v in scope["headers"] if k in _WANTED}
-
-
-async def _send(
-    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    headers = JSON_HEADERS + [(b"content-length", str(len(body)).encode())] + (extra or [])
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    message = await receive()
-    if message["type"] == "http.request" and not message.get("more_body", False):
-        # The usual case: the whole body in one message.
-        body: bytes = message.get("body", b"")
-        if len(body) > limit:
-            raise TooLarge
-        return body
-    return await _read_chunks(message, receive, limit)
-
-
-async def _read_chunks(message: Message, receive: Receive, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-        message = await receive()
-
-
-def caller_identity(scope: Scope) -> str:
-    """Who is calling: the TLS client identity when there is one, else the source address."""
-    identity = scope.get(CALLER_KEY)
-    if identity:
-        return str(identity)
-    client = scope.get("client")
-    return client[0] if client else "unknown"
-
-
 class ReviewEndpoint:
     """POST <review_path>: TokenReview in, TokenReview out (see the answer rules in README)."""
 
@@ -149,12 +85,13 @@ class ReviewEndpoint:
         self.pipeline = gateway.pipeline
         self.markers = gateway.markers
         self.metrics = gateway.metrics
-        self.serving = gateway.metrics.group(ServeMetrics)
+        self.refusals = Refusals(gateway.metrics, GATEWAY)
         # Bound once: this counts every review.
         self.count_review = gateway.metrics.group(ReviewMetrics).review
         self.max_body = gateway.config.server.max_body_bytes
         self.review_log = review_log
         self.callers = CallerAuth(gateway.config.server, prefer=gateway.clusters.subjects)
+        self.gate = RequestGate(self.callers, self.max_body, self.refusals)
         self.clusters = gateway.clusters
         audit_to = gateway.config.server.audit_log
         queue_lines = gateway.config.logging.audit_queue_lines
@@ -165,35 +102,6 @@ class ReviewEndpoint:
         # audiences, id(outcome)) -> (outcome, answer). The outcome is kept and compared
         # by identity, so an id is never mistaken for a later object's.
         self._rendered: dict[tuple[str, str, bool, tuple[str, ...], int], tuple[Any, Answer]] = {}
-
-    def _refusal(self, scope: Scope) -> Reply | None:
-        """Why the request is refused before its body is read (counted), else None."""
-        headers = _headers(scope)
-        if self.callers.required:
-            # Before anything else: an unknown caller learns nothing and costs nothing.
-            caller = self.callers.identify(
-                scope.get(CERT_NAMES_KEY, ()), headers.get(b"authorization")
-            )
-            if caller is None:
-                return self._refused(
-                    401, "caller not authenticated", [(b"www-authenticate", b"Bearer")]
-                )
-            scope[CALLER_KEY] = caller
-        if scope["method"] != "POST":
-            return self._refused(405, "method must be POST", [(b"allow", b"POST")])
-        content_type = headers.get(b"content-type", b"")
-        if (
-            content_type != b"application/json"
-            and content_type.split(b";", 1)[0].strip().lower() != b"application/json"
-        ):
-            return self._refused(400, "Content-Type must be application/json")
-        encoding = headers.get(b"content-encoding")
-        if encoding is not None and encoding.strip().lower() != b"identity":
-            return self._refused(400, "Content-Encoding is not supported")
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            return self._refused(413, f"body larger than {self.max_body} bytes")
-        return None
 
     def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
         """The edge's hook for a request that arrived whole. A 200 that needed no waiting
@@ -213,38 +121,20 @@ class ReviewEndpoint:
         if isinstance(step, Waiting):
             step = await self._carry_on(step)
         if isinstance(step, bytes):
-            await _send(send, 200, step)
+            await send_json(send, 200, step)
         elif step is not None:
-            await _send(send, step.status, step.body, step.headers)
+            await send_json(send, step.status, step.body, step.headers)
 
     def _begin(self, scope: Scope, body: bytes) -> Step:
         """A request that arrived whole: the head's checks, then the body's."""
-        refusal = self._head_refusal(scope)
-        if refusal is not None:
-            return refusal
-        if len(body) > self.max_body:
-            return self._refused(413, f"body larger than {self.max_body} bytes")
-        return self._review_body(scope, body)
+        refusal = self.gate.whole(scope, body)
+        return refusal if refusal is not None else self._review_body(scope, body)
 
     async def _read(self, scope: Scope, receive: Receive) -> Step | None:
         """A request that did not arrive whole: refused before its body is read, or read
         and begun (None: the client went away)."""
-        refusal = self._head_refusal(scope)
-        if refusal is not None:
-            return refusal
-        try:
-            body = await _read_body(receive, self.max_body)
-        except TooLarge:
-            return self._refused(413, f"body larger than {self.max_body} bytes")
-        except ConnectionResetError:
-            return None
-        return self._review_body(scope, body)
-
-    def _head_refusal(self, scope: Scope) -> Reply | None:
-        try:
-            return self._refusal(scope)
-        except Exception as exc:
-            return self._unreadable(exc)
+        body = await self.gate.read(scope, receive)
+        return self._review_body(scope, body) if isinstance(body, bytes) else body
 
     def _review_body(self, scope: Scope, body: bytes) -> Step:
         """The review in ``body``, by the answer rules in README: a 400 for what cannot be
@@ -285,16 +175,12 @@ class ReviewEndpoint:
             self.in_flight -= 1
 
     def _unreadable(self, exc: Exception) -> Reply:
-        # A bug of ours before the review was read: a request we cannot read is a 400 by
-        # the answer rules (kube-apiserver does not retry it), never a 500.
-        internal_error(GATEWAY, exc, self.metrics)
-        return self._refused(400, "request could not be read (internal error, logged)")
+        return self.refusals.unreadable(exc)
 
     def _refused(
         self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
     ) -> Reply:
-        self.serving.bad_request(status)
-        return Reply(status, render_error(status, message), headers or [])
+        return self.refusals.refused(status, message, headers)
 
     def _answer(
         self, review: ReviewRequest, verdict: Verdict, caller: str, started: float

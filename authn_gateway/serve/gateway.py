@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 
 from authn_gateway.authorization.metrics import AuthorizationMetrics
+from authn_gateway.authorization.webhook import AuthorizationWebhook
 from authn_gateway.config import SECRET_ENV, ConfigError, GatewayConfig
 from authn_gateway.edge.metrics import EdgeMetrics
 from authn_gateway.fleet.metrics import FleetMetrics
@@ -196,6 +197,17 @@ class Gateway:
                 name: self._router(stacks, name) for name in self.clusters.restricted()
             },
         )
+        # The SubjectAccessReview webhook: its policy, read now (a reload while its file
+        # is broken keeps the previous gateway's rules), and its decision cache.
+        self.authorization: AuthorizationWebhook | None = (
+            AuthorizationWebhook(
+                config.authorization,
+                self.metrics,
+                previous.authorization if previous is not None else None,
+            )
+            if config.authorization is not None
+            else None
+        )
         self.ready = False
         self.readiness = ReadinessGate(
             [
@@ -282,6 +294,8 @@ class Gateway:
         if self._carried_from is None:
             await self.stores.start()  # carried stores are running already
         await self.revocations.start()
+        if self.authorization is not None:
+            await self.authorization.start()
         for backend in self.backends:
             blobs = self.stores.shared_blobs(backend.name)
             if blobs is not None:
@@ -320,6 +334,8 @@ class Gateway:
     async def close(self) -> None:
         self.ready = False
         self.readiness.close()
+        if self.authorization is not None:
+            await self.authorization.close()
         for backend in self.backends:
             collector = backend.collector()
             if collector is not None:

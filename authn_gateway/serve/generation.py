@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from authn_gateway.observe.reviewlog import ReviewLog
+from authn_gateway.serve.authorize import AuthorizeEndpoint
 from authn_gateway.serve.endpoint import ReviewEndpoint
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.ops import ops_app
@@ -30,6 +31,13 @@ class Generation:
         )
         self.review_path = config.server.review_path
         self.review = ReviewEndpoint(gateway, self.review_log)
+        self.authorize_path: str | None = None
+        self.authorize: AuthorizeEndpoint | None = None
+        if gateway.authorization is not None and config.authorization is not None:
+            self.authorize_path = config.authorization.path
+            self.authorize = AuthorizeEndpoint(
+                gateway.authorization, config.server, self.review.callers, gateway.metrics
+            )
         self.ops = ops_app(gateway, self.review.audit_log)
 
     async def start(self) -> None:

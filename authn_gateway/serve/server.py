@@ -83,13 +83,13 @@ class _OpsServer(uvicorn.Server):  # type: ignore[misc]
 
 
 class ReviewOnly:
-    """The review port when an ops port exists: only the review path (and lifespan)."""
+    """The review port when an ops port exists: only the webhook paths (and lifespan)."""
 
     def __init__(self, app: GatewayApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != self.app.review_path:
+        if scope["type"] == "http" and scope["path"] not in self.app.webhook_paths:
             await _refuse(send, 404, "not found", [])
             return
         await self.app(scope, receive, send)
@@ -114,7 +114,7 @@ class CallersOnly:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != self.app.review_path:
+        if scope["type"] == "http" and scope["path"] not in self.app.webhook_paths:
             callers = self.app.review.callers
             authorization = next((v for k, v in scope["headers"] if k == b"authorization"), None)
             if callers.identify(scope.get(CERT_NAMES_KEY, ()), authorization) is None:
@@ -125,7 +125,7 @@ class CallersOnly:
         await self.app(scope, receive, send)
 
     def answer_at_once(self, scope: Scope, body: bytes) -> bytes | None:
-        # Only the review path is answered at once, and it checks callers itself.
+        # Only the webhook paths are answered at once, and they check callers themselves.
         return self.app.answer_at_once(scope, body)
 
 

@@ -10,9 +10,14 @@ Kubernetes Status (kube_status.py).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from authn_gateway.edge.callerauth import CALLER_KEY, CERT_NAMES_KEY, CallerAuth
+from authn_gateway.kube_status import render_error
+from authn_gateway.observe.internal_errors import internal_error
+from authn_gateway.observe.metrics import Metrics
+from authn_gateway.serve.metrics import ServeMetrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,6 +32,36 @@ HeadRefusal = tuple[int, str, list[tuple[bytes, bytes]]]
 
 class TooLarge(Exception):
     pass
+
+
+@dataclass(slots=True)
+class Reply:
+    """A refusal: an HTTP status and a Kubernetes Status. (A 200 is its body alone.)"""
+
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+class Refusals:
+    """A webhook's refusals, counted (authn_gateway_bad_requests_total) as they are made."""
+
+    def __init__(self, metrics: Metrics, where: str) -> None:
+        self.metrics = metrics
+        self.where = where
+        self.serving = metrics.group(ServeMetrics)
+
+    def refused(
+        self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> Reply:
+        self.serving.bad_request(status)
+        return Reply(status, render_error(status, message), headers or [])
+
+    def unreadable(self, exc: Exception) -> Reply:
+        """A bug of ours before the request was read: a 400 by the answer rules
+        (kube-apiserver does not retry it), never a 500; logged once per kind, counted."""
+        internal_error(self.where, exc, self.metrics)
+        return self.refused(400, "request could not be read (internal error, logged)")
 
 
 # The request headers the webhook paths read; one pass collects them.
@@ -107,3 +142,43 @@ def caller_identity(scope: Scope) -> str:
         return str(identity)
     client = scope.get("client")
     return client[0] if client else "unknown"
+
+
+class RequestGate:
+    """Both webhooks' way in: the head's checks (:func:`head_refusal`), then the body
+    within its bound, each refusal counted once; a bug of ours there is a 400."""
+
+    def __init__(self, callers: CallerAuth, max_body: int, refusals: Refusals) -> None:
+        self.callers = callers
+        self.max_body = max_body
+        self.refusals = refusals
+
+    def head(self, scope: Scope) -> Reply | None:
+        try:
+            refused = head_refusal(scope, self.callers, self.max_body)
+        except Exception as exc:
+            return self.refusals.unreadable(exc)
+        return None if refused is None else self.refusals.refused(*refused)
+
+    def whole(self, scope: Scope, body: bytes) -> Reply | None:
+        """A request that arrived whole: why it is refused, or None."""
+        refusal = self.head(scope)
+        if refusal is None and len(body) > self.max_body:
+            return self.too_large()
+        return refusal
+
+    async def read(self, scope: Scope, receive: Receive) -> bytes | Reply | None:
+        """A request that did not arrive whole: refused before its body is read, or its
+        body (None: the client went away)."""
+        refusal = self.head(scope)
+        if refusal is not None:
+            return refusal
+        try:
+            return await read_body(receive, self.max_body)
+        except TooLarge:
+            return self.too_large()
+        except ConnectionResetError:
+            return None
+
+    def too_large(self) -> Reply:
+        return self.refusals.refused(413, f"body larger than {self.max_body} bytes")

@@ -65,6 +65,10 @@ SECTIONS: dict[str, Any] = {
     "UserValidationRule": {"expression": "true"},
     # The one cluster that needs no credentials: callers in no other cluster.
     "ClusterSettings": {"name": "default"},
+    "AuthorizationSettings": {"keystone_policy_file": "/nonexistent/policy.json"},
+    "Rule": {"resources": [{"verbs": ["get"]}]},
+    "ResourceRule": {"verbs": ["get"]},
+    "NonResourceRule": {"verbs": ["get"], "paths": ["/"]},
 }
 
 #: Keys a section needs beside it: redis needs a shared secret.
