@@ -239,7 +239,7 @@ class Backend(abc.ABC):
     async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
         """Validate ``token`` against the IdP and return exactly one outcome. An HTTP
         backend sends ``wire`` with each request it makes for this review
-        (``backends.http.on_the_wire``): the clock of the IdP's part of the call."""
+        (``backends.transports.on_the_wire``): the clock of the IdP's part of the call."""
 
     async def review(self, review: ReviewContext) -> Verdict:
         # Deadlines and exception guards are layers of their own, around this.

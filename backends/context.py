@@ -103,7 +103,7 @@ class WireTime:
     its headers at once and then trickles or stalls its body is slow, not the gateway
     (``tests/unit/test_wire.py``). The deadline layer makes one per call and hands it down in
     :attr:`ReviewContext.wire`; a backend passes it with each request it sends
-    (``backends.http.on_the_wire``)."""
+    (``backends.transports.on_the_wire``)."""
 
     __slots__ = ("calls", "pending", "requests", "seconds", "unread", "unread_within")
 

@@ -39,13 +39,13 @@ from backends.http import (
     TLSClientSettings,
     header_safe,
     make_client,
-    on_the_wire,
     server_failure,
     transport_failure,
     unsendable,
 )
 from backends.registry import register
 from backends.settings import BackendSettings, Strict
+from backends.transports import on_the_wire
 
 log = logging.getLogger(__name__)
 

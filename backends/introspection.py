@@ -33,7 +33,6 @@ from backends.http import (
     PoolSettings,
     TLSClientSettings,
     make_client,
-    on_the_wire,
     server_failure,
     transport_failure,
 )
@@ -42,6 +41,7 @@ from backends.jwt.kube import ClaimRules
 from backends.jwt.mapping import map_claims
 from backends.registry import register
 from backends.settings import BackendSettings, Secret, Strict
+from backends.transports import on_the_wire
 
 # The token types that are access tokens a bearer may present. RFC 7662 section 2.2
 # gives token_type as an access token's type (RFC 6749 section 5.1: "Bearer"); many

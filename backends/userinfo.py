@@ -29,13 +29,13 @@ from backends.http import (
     TLSClientSettings,
     header_safe,
     make_client,
-    on_the_wire,
     server_failure,
     transport_failure,
     unsendable,
 )
 from backends.registry import register
 from backends.settings import BackendSettings
+from backends.transports import on_the_wire
 
 # What an OIDC provider answers a client registered for signed userinfo.
 JWT = "application/jwt"

@@ -12,12 +12,12 @@ What the wrappers above rely on is kept:
   a ``ReadError``, a close without an answer a ``RemoteProtocolError``, a timeout
   the ``ConnectTimeout`` or ``ReadTimeout`` of its phase;
 - aiohttp's own resend of an idempotent request after a drop is turned off
-  (:func:`_never_resend`): :class:`~backends.http.ResendIfDropped` makes the one
+  (:func:`_never_resend`): :class:`~backends.transports.ResendIfDropped` makes the one
   resend there is, on a pooled connection only, paid from the call budget;
 - a connection is reused only when its last answer arrived whole and nothing came
   after it (:mod:`backends.one_answer`): an answer belongs to exactly one request;
 - the request's ``trace`` extension gets httpcore's event names, so
-  :class:`~backends.http.TimedOnTheWire` and ``ResendIfDropped`` see when a connection
+  :class:`~backends.transports.TimedOnTheWire` and ``ResendIfDropped`` see when a connection
   was made, when a request went out, when its answer's headers came in and when its
   body had all arrived.
 """

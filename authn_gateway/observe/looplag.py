@@ -12,7 +12,7 @@ and the slow-call rule open the breaker on an IdP that is fast (measured: the
 it ran. A timer and an answer waiting in a socket wait for the same thing (the loop's
 next turn), so:
 
-* an HTTP call's IdP time is its time on the wire (``backends.http.WireTime``: from
+* an HTTP call's IdP time is its time on the wire (``backends.context.WireTime``: from
   writing the request to reading the answer's headers, which leaves out the loop's
   turns for the pool, the body and the close) less the loop's delay when the answer
   was read (:meth:`LoopLag.delay_within`: the answer sat unread that long);

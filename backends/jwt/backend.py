@@ -34,7 +34,7 @@ from backends.base import (
 from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
 from backends.durations import Age, Interval, finite
-from backends.http import BoundedAnswers, IdPClient, PoolSettings, pooled_wire
+from backends.http import IdPClient, PoolSettings, pooled_wire
 from backends.jws import is_canonical
 from backends.jwt.idtoken import (
     KUBE_NBF_LEEWAY_SECONDS,
@@ -55,6 +55,7 @@ from backends.settings import (
     TokenRules,
 )
 from backends.shared import SharedBlobs
+from backends.transports import BoundedAnswers
 
 METRIC_PREFIX = "authn_gateway"
 

@@ -36,9 +36,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from backends.budget import CallBudget
 from backends.flight import SingleFlight
-from backends.http import AnswerRefused, retry_after_seconds
 from backends.jwt.jwks import MAX_JWKS_BYTES, KeySet, UnusableJWKS, VerificationKey, parse_jwks
+from backends.retry_after import retry_after_seconds
 from backends.shared import SharedBlobs
+from backends.transports import AnswerRefused
 
 log = logging.getLogger(__name__)
 

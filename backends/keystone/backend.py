@@ -30,13 +30,14 @@ import httpx
 from backends.base import Backend, Outcome, Rejected, Unavailable
 from backends.budget import PAID_BY_REVIEW, UNLIMITED, CallBudget
 from backends.context import WireTime
-from backends.http import header_safe, make_client, on_the_wire, server_failure, unsendable
+from backends.http import header_safe, make_client, server_failure, unsendable
 from backends.keystone.fernet import canonical_fernet
 from backends.keystone.groups import GroupLookup
 from backends.keystone.identity import Group, map_identity
 from backends.keystone.service_token import ServiceToken, ServiceTokenAuth, send_with_service_token
 from backends.keystone.settings import FERNET, FERNET_MIN_LENGTH, KeystoneSettings
 from backends.registry import builds
+from backends.transports import on_the_wire
 
 log = logging.getLogger(__name__)
 

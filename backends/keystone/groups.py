@@ -16,11 +16,12 @@ from cachetools import TTLCache
 from backends.base import Rejected, Unavailable
 from backends.context import WireTime
 from backends.flight import SingleFlight
-from backends.http import on_the_wire, server_failure
+from backends.http import server_failure
 from backends.keystone.identity import Group
 from backends.keystone.service_token import ServiceTokenAuth, send_with_service_token
 from backends.keystone.settings import GroupLookupSettings
 from backends.settings import DEFAULT_MAX_RETRY_AFTER_SECONDS
+from backends.transports import on_the_wire
 
 log = logging.getLogger(__name__)
 

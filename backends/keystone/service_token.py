@@ -16,10 +16,11 @@ from backends.base import HeldBack, Unavailable
 from backends.budget import CallHeldBack
 from backends.context import WireTime
 from backends.flight import SingleFlight
-from backends.http import WIRE_KEY, on_the_wire, server_failure, transport_failure
+from backends.http import server_failure, transport_failure
 from backends.keystone.identity import parse_keystone_time
 from backends.keystone.settings import ServiceCredentials, ServiceTokenSettings
 from backends.settings import DEFAULT_MAX_RETRY_AFTER_SECONDS, TimeoutSettings
+from backends.transports import WIRE_KEY, on_the_wire
 
 log = logging.getLogger(__name__)
 

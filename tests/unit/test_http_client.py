@@ -24,15 +24,10 @@ import httpx
 import pytest
 
 from backends.base import Authenticated, Outcome, Unavailable
-from backends.http import (
-    MAX_ANSWER_BYTES,
-    AnswerRefused,
-    TLSClientSettings,
-    make_client,
-    transport_failure,
-)
+from backends.http import TLSClientSettings, make_client, transport_failure
 from backends.jwt.backend import JWTSettings, issuer_client
 from backends.settings import TimeoutSettings
+from backends.transports import MAX_ANSWER_BYTES, AnswerRefused
 from backends.userinfo import UserinfoBackend, UserinfoSettings
 from tests.support.fakes.idp import FakeIdP, serve_h11
 from tests.support.fakes.raw import RawIdP

@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from backends.budget import PAID_BY_REVIEW
-from backends.http import ResendIfDropped, TLSClientSettings, make_client
+from backends.http import TLSClientSettings, make_client
 from backends.settings import TimeoutSettings
+from backends.transports import ResendIfDropped
 from tests.support.fakes.idp import FakeIdP
 
 

@@ -1,5 +1,5 @@
 """Every Retry-After the gateway honours goes through one helper, which parses strictly
-and caps (``backends/http.py`` ``retry_after_seconds``). Listed cases, a property over
+and caps (``backends/retry_after.py`` ``retry_after_seconds``). Listed cases, a property over
 arbitrary header bytes, and the jwt key fetch against the fake issuer over real sockets:
 one 429 asking for ten years holds key fetches back no longer than the cap."""
 
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.base import Authenticated
-from backends.http import retry_after_seconds
+from backends.retry_after import retry_after_seconds
 from tests.support.fakes.issuer import JWKS_PATH, FakeIssuer
 from tests.support.jwt_backend import jwt_settings, running
 

@@ -18,15 +18,10 @@ import httpx
 import pytest
 
 from backends.base import Unavailable
-from backends.http import (
-    PoolSettings,
-    TLSClientSettings,
-    WireTime,
-    make_client,
-    on_the_wire,
-    transport_failure,
-)
+from backends.context import WireTime
+from backends.http import PoolSettings, TLSClientSettings, make_client, transport_failure
 from backends.settings import TimeoutSettings
+from backends.transports import on_the_wire
 from backends.wire import ANSWERED, BODY_READ, CONNECTING, MAX_HEADER_LINE, SENDING
 from tests.support.fakes.raw import Behaviour, RawIdP
 from tests.support.pki import issue, make_ca
