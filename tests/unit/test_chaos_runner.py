@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,7 +127,7 @@ def test_a_known_user_refused_is_caught_unless_the_idp_refused_them_first() -> N
     assert checker(reviews, [idp_said_no]).known_users_served().ok
 
 
-def test_a_run_is_summarised_and_drawn(tmp_path: Path) -> None:
+def small_run() -> Outcome:
     fault = Fault(0, "idp_500", "idp", 2.0, 3.0)
     outcome = Outcome(
         RUN,
@@ -137,9 +138,18 @@ def test_a_run_is_summarised_and_drawn(tmp_path: Path) -> None:
         ended=10.0,
     )
     outcome.checks = checker(outcome.reviews).check_all()
-    doc = summary(outcome)
+    return outcome
+
+
+def test_a_run_is_summarised() -> None:
+    doc = summary(small_run())
     assert doc["seed"] == 1 and doc["per_second"]["known_served_share"][0] == 1.0, doc
-    plot(outcome, tmp_path / "run.png")
+
+
+def test_a_run_is_drawn(tmp_path: Path) -> None:
+    # The drawing is the loadtest extra's (matplotlib); the unit tier runs without it.
+    pytest.importorskip("matplotlib", reason="the loadtest extra draws the plots")
+    plot(small_run(), tmp_path / "run.png")
     assert (tmp_path / "run.png").stat().st_size > 10_000
 
 
