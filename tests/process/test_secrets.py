@@ -72,7 +72,7 @@ def test_check_config_refuses_empty_and_weak_secrets_without_a_traceback_or_the_
         (
             {"admin": {"enabled": True, "token": "env:GW_WEAK_ADMIN"}},
             {"GW_WEAK_ADMIN": "Hunter2"},
-            "admin.token: too weak (7 characters",
+            "admin.token: too weak (too few distinct characters: 7; too short: 7 characters)",
         ),
         (
             {"backends": [ldap("env:GW_EMPTY_BIND")]},
