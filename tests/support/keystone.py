@@ -141,6 +141,16 @@ class Keystone:
                 lines += path.read_text(errors="replace").splitlines()[-tail:]
         return "\n".join(lines)
 
+    def requests_served(self) -> int:
+        """Keystone's own count of the requests it answered: uWSGI's request log (one
+        ``... GET /v3/auth/tokens => generated ...`` line per request), not a proxy's."""
+        path = self.workdir / "log" / "uwsgi.log"
+        if not path.exists():
+            return 0
+        return sum(
+            " => generated " in line for line in path.read_text(errors="replace").splitlines()
+        )
+
     # --- the API -----------------------------------------------------------------------
 
     def issue(
