@@ -371,3 +371,94 @@ async def test_no_call_reaches_a_hanging_idp_after_the_breaker_opened_but_the_pr
     assert len(late) <= PROBES * probe_rounds, late
     assert len(arrivals) - len(late) >= FAIL_MAX  # the outage was met
     assert offered.authenticated == 0
+
+
+# ---- many clusters, one fleet (issue 37) ------------------------------------------------
+
+CLUSTER_TOKENS = {
+    name: f"fleet-cluster-{name}-Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV" for name in "ab"
+}
+
+
+@pytest.fixture
+def cluster_fleet(idp: FakeIdP, tmp_path: Path) -> Iterator[Fleet]:
+    """Three replicas; clusters a and b (one caller token each) share the bucket: each
+    has RATE/2 of it, and what one does not use the other borrows."""
+    idp.reset()
+
+    def config(url: str) -> dict[str, Any]:
+        c = fleet_config(
+            backend(idp, bucket={"rate": RATE, "burst": BURST}, concurrency={"max_limit": 50}),
+            url,
+            **redis_settings(3),
+        )
+        c["server"] = {
+            "caller_tokens": [{"name": n, "token": t} for n, t in CLUSTER_TOKENS.items()]
+        }
+        c["clusters"] = [{"name": n, "caller_tokens": [n]} for n in CLUSTER_TOKENS]
+        return c
+
+    with running(config, 3, tmp_path) as f:
+        f.caller_token = CLUSTER_TOKENS["a"]
+        yield f
+
+
+def tagged(cluster: str, kind: str) -> Callable[[int], str]:
+    """Tokens the fake IdP counts under ``cluster`` (the text after the last @)."""
+    if kind == "login":
+        return lambda i: f"good-{cluster}-{next(_seq)}~@{cluster}"
+    return lambda i: f"junk-{next(_seq)}@{cluster}"
+
+
+async def storm_and_logins(fleet: Fleet, seconds: float) -> tuple[Any, Any]:
+    """a storms with never-seen tokens at 4 x the bucket; b logs in at 0.3 x (its
+    share: 0.5 x), both spread over the replicas."""
+    return await asyncio.gather(
+        open_loop(
+            fleet.urls, 4 * RATE, seconds, tagged("a", "storm"), caller_token=CLUSTER_TOKENS["a"]
+        ),
+        open_loop(
+            fleet.urls, 0.3 * RATE, seconds, tagged("b", "login"), caller_token=CLUSTER_TOKENS["b"]
+        ),
+    )
+
+
+async def test_a_clusters_share_of_the_fleets_bucket_survives_another_clusters_storm(
+    cluster_fleet: Fleet, idp: FakeIdP
+) -> None:
+    """Counted by the IdP per cluster: b gets every login it asks for, a the rest of the
+    bucket, and the fleet's calls stay within one bucket."""
+    _, logins = await storm_and_logins(cluster_fleet, 5.0)
+    stats = idp.stats()
+    assert logins.authenticated == logins.sent, logins.errors
+    assert stats.by_tag["b"].calls == logins.sent
+    assert_within_bucket(stats.arrivals)
+    # a got the rest: its own half and what b left, within the bucket as a whole.
+    assert stats.by_tag["a"].calls >= RATE * 5.0 * 0.5
+    assert (
+        cluster_fleet.metric("authn_gateway_cluster_shed_total", cluster="a", reason="bucket") > 0
+    )
+    assert cluster_fleet.metric("authn_gateway_cluster_shed_total", cluster="b") == 0
+
+
+async def test_with_redis_down_each_replica_shares_its_part_of_the_bucket_the_same_way(
+    cluster_fleet: Fleet, idp: FakeIdP
+) -> None:
+    cluster_fleet.redis.stop()
+    try:
+        # Each replica notices at its first call and starts its part of every share
+        # empty (no fresh burst at the switch); a second refills them some.
+        await open_loop(
+            cluster_fleet.urls, 12, 0.5, tagged("a", "storm"), caller_token=CLUSTER_TOKENS["a"]
+        )
+        await asyncio.sleep(1.0)
+        idp.reset_stats()
+        _, logins = await storm_and_logins(cluster_fleet, 4.0)
+    finally:
+        cluster_fleet.redis.start()
+    stats = idp.stats()
+    assert cluster_fleet.metric("authn_gateway_redis_mode_changes_total", to="local") >= 1
+    # Each replica on 1/3 of the bucket (from empty), split between a and b by weight:
+    # b's logins (0.1 x RATE on each replica, its local share 0.17 x) still all go out.
+    assert logins.authenticated >= 0.95 * logins.sent, logins.errors
+    assert_within_bucket(stats.arrivals)

@@ -19,8 +19,8 @@ from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker import redis_sync as breaker_sync
 from authn_gateway.layers.breaker.gate import BUSY, CallGate
 from authn_gateway.layers.bucket import BucketStore
-from authn_gateway.layers.bucket.fair import FairShares, ShareState, fair_gcra
-from authn_gateway.layers.bucket.memory import share_key
+from authn_gateway.layers.bucket.fair import NEVER, FairShares, ShareState, fair_gcra
+from authn_gateway.layers.bucket.memory import borrowing_key, share_key
 from authn_gateway.layers.cache import CacheEntry, CacheStore
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.review.stores import BreakerSpec, MemoryStores, RedisStores
@@ -161,33 +161,34 @@ async def test_a_shared_bucket_keeps_a_clusters_share_while_another_storms(state
     assert [by for wait, by in own if wait is not None] == ["b"] * 5
 
 
-async def test_a_follow_up_call_spends_the_ceiling_a_cluster_call_needs(state: Any) -> None:
+async def test_a_follow_up_call_is_paid_by_the_share_with_the_most_left(state: Any) -> None:
     store: BucketStore = state.bucket_store()
-    assert [await store.take("bucket:g", 10.0, 2, 0.0) for _ in range(2)] == [0.0, 0.0]
-    wait, _ = await store.take_fair("bucket:g", 10.0, 2, 0.0, SHARES, "b")
-    assert wait is None  # its share is full, but the ceiling is spent
+    for _ in range(10):  # a's share (10 calls) spent
+        assert (await store.take_fair("bucket:g", 1 / 30, 30, 0.0, SHARES, "a"))[1] == "a"
+    wait, paid_by = await store.take_fair("bucket:g", 1 / 30, 30, 0.0, SHARES, None)
+    assert wait is not None and paid_by in ("b", DEFAULT_CLUSTER)
 
 
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    own=st.integers(0, 2),
-    # The ceiling's and each share's TAT, as seconds after now (a share spent, often);
-    # each cluster's pass; how long ago it last asked to borrow (None: never).
-    tats=st.tuples(
-        st.floats(0, 2.5), *[st.one_of(st.just(2.9), st.floats(0, 3)) for _ in range(3)]
-    ),
+    own=st.sampled_from([0, 1, 2, None]),
+    # Each share's TAT, as seconds after now (spent, often); each cluster's pass; how
+    # long ago it last asked to borrow (None: never).
+    tats=st.tuples(*[st.one_of(st.just(2.9), st.floats(0, 3)) for _ in range(3)]),
     passes=st.lists(st.integers(0, 6), min_size=3, max_size=3),
     asked=st.lists(st.sampled_from([None, 0.2, 5.0]), min_size=3, max_size=3),
 )
-# a, spent, borrows from b: back after a pause (its pass catches up with b's), or
+# a, spent, borrows from b: only while b keeps half its burst (b a little over half
+# full), back after a pause (its pass catches up with b's), or
 # refused while it has borrowed more than b, which is borrowing too.
-@example(own=0, tats=(0.0, 2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[None, 0.2, None])
-@example(own=0, tats=(0.0, 2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[0.2, 0.2, None])
+@example(own=0, tats=(2.9, 0.9, 2.9), passes=[0, 0, 0], asked=[None, None, None])
+@example(own=0, tats=(2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[None, 0.2, None])
+@example(own=0, tats=(2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[0.2, 0.2, None])
 async def test_the_script_decides_as_the_python_function(
     shared: RedisStores,
-    own: int,
+    own: int | None,
     tats: tuple[float, ...],
     passes: list[int],
     asked: list[float | None],
@@ -198,24 +199,23 @@ async def test_the_script_decides_as_the_python_function(
     link = shared.link
     client = link.client
     key = f"bucket:p{time.monotonic_ns()}"
-    ceiling = link.key(key)
     seconds, micros = await client.time()
     now = seconds + micros / 1e6
     # Off the grid of the decisions' boundaries (multiples of the intervals).
     at = [now + round(t / 0.3) * 0.3 + 0.15 for t in tats]
-    await client.set(ceiling, f"{at[0]:.6f}")
-    state = ShareState(at[0], at[1:], [float(p) for p in passes], [-1e18] * 3)
+    state = ShareState(at, [float(p) for p in passes], [NEVER] * 3)
     for j, name in enumerate(SHARES.names):
-        fields = {"t": f"{at[1 + j]:.6f}", "p": str(passes[j])}
+        await client.set(link.key(share_key(key, name)), f"{at[j]:.6f}")
+        fields = {"p": str(passes[j])}
         if asked[j] is not None:
             fields["a"] = f"{now - asked[j]:.6f}"
             state.asked[j] = now - asked[j]
-        await client.hset(share_key(ceiling, name), mapping=fields)
+        await client.hset(link.key(borrowing_key(key, name)), mapping=fields)
     _, wait, charged = fair_gcra(
-        state, now, interval, burst, SHARES.intervals(interval), SHARES.weights, own, 0.0
+        state, now, burst * interval, SHARES.intervals(interval), SHARES.weights, own, 0.0
     )
     got_wait, paid_by = await shared.bucket_store().take_fair(
-        key, interval, burst, 0.0, SHARES, SHARES.names[own]
+        key, interval, burst, 0.0, SHARES, None if own is None else SHARES.names[own]
     )
     assert (got_wait is None) == (wait is None)
     if wait is not None:

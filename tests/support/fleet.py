@@ -39,6 +39,8 @@ class Fleet:
 
     redis: RedisServer
     replicas: list[GatewayProcess] = field(default_factory=list)
+    #: With caller authentication on, /metrics answers authenticated callers only.
+    caller_token: str | None = None
 
     def start(self, config: dict[str, Any], n: int, workdir: Path) -> Fleet:
         for i in range(n):
@@ -56,9 +58,10 @@ class Fleet:
     def per_replica(self, name: str, **labels: str) -> list[float]:
         return [metric_value(self.metrics(gw), name, **labels) for gw in self.replicas]
 
-    @staticmethod
-    def metrics(gw: GatewayProcess) -> str:
-        return httpx.get(f"{gw.url}/metrics", timeout=10).text
+    def metrics(self, gw: GatewayProcess) -> str:
+        token = self.caller_token
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.get(f"{gw.url}/metrics", headers=headers, timeout=10).text
 
     def stop(self) -> None:
         for gw in self.replicas:
@@ -120,12 +123,15 @@ async def open_loop(
     duration: float,
     token: Callable[[int], str],
     timeout: float = 15.0,
+    caller_token: str | None = None,
 ) -> Offered:
     """Send ``rate`` reviews per second for ``duration`` s, round robin over ``urls``.
 
     Review ``i`` carries ``token(i)``. Sending never waits for answers, so a hanging
-    IdP meets the full offered load, as it would in production.
+    IdP meets the full offered load, as it would in production. With ``caller_token``,
+    each request authenticates as that caller (``Authorization: Bearer``).
     """
+    authorization = f"Bearer {caller_token}" if caller_token is not None else None
     result = Offered()
     conns = _Connections()
     started = time.monotonic()
@@ -137,7 +143,10 @@ async def open_loop(
         try:
             conn = await conns.take(url)
             status, _, body = await asyncio.wait_for(
-                _exchange(*conn, _request(host, int(port), "/authenticate", payload)), timeout
+                _exchange(
+                    *conn, _request(host, int(port), "/authenticate", payload, authorization)
+                ),
+                timeout,
             )
         except (OSError, TimeoutError, ValueError):
             result.transport_errors += 1

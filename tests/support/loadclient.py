@@ -32,10 +32,13 @@ class Answer:
         return dict(self.body.get("status", {}))
 
 
-def _request(host: str, port: int, path: str, payload: bytes) -> bytes:
+def _request(
+    host: str, port: int, path: str, payload: bytes, authorization: str | None = None
+) -> bytes:
+    auth = f"Authorization: {authorization}\r\n" if authorization is not None else ""
     return (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Accept-Encoding: gzip\r\nContent-Length: {len(payload)}\r\n\r\n"
+        f"{auth}Accept-Encoding: gzip\r\nContent-Length: {len(payload)}\r\n\r\n"
     ).encode() + payload
 
 

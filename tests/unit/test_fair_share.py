@@ -8,7 +8,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from authn_gateway.layers.bucket.fair import ShareState, fair_gcra
+from authn_gateway.layers.bucket.fair import NEVER, ShareState, fair_gcra
 from authn_gateway.layers.bucket.gcra import TokenBucket
 from authn_gateway.layers.bucket.memory import MemoryBucketStore
 from authn_gateway.layers.bucket.shares import FairShares
@@ -232,15 +232,16 @@ def test_one_cluster_alone_gets_the_whole_rate() -> None:
     rate=st.sampled_from([5.0, 20.0, 100.0]),
     burst=st.integers(3, 60),
     offered=st.lists(
-        st.tuples(st.sampled_from(["a", "b", DEFAULT_CLUSTER]), st.floats(0.0, 0.5)),
+        # None: a follow-up call, of no cluster.
+        st.tuples(st.sampled_from(["a", "b", DEFAULT_CLUSTER, None]), st.floats(0.0, 0.5)),
         min_size=1,
         max_size=300,
     ),
 )
 def test_no_window_sees_more_than_the_bucket_allows(
-    rate: float, burst: int, offered: list[tuple[str, float]]
+    rate: float, burst: int, offered: list[tuple[str | None, float]]
 ) -> None:
-    """The ceiling holds whatever the clusters do: B + R·t in any window of t."""
+    """The bucket's bound holds whatever the clusters do: B + R·t in any window of t."""
     clock = [0.0]
     store = MemoryBucketStore(clock=lambda: clock[0])
     times = []
@@ -254,23 +255,23 @@ def test_no_window_sees_more_than_the_bucket_allows(
             assert j - i + 1 <= burst + rate * (times[j] - start) + 1e-6
 
 
-def test_a_refused_call_changes_no_bucket() -> None:
-    state = ShareState(10.0, [10.0, 10.0, 10.0], [0.0] * 3, [-1e18] * 3)
+def test_a_refused_call_changes_no_share() -> None:
+    state = ShareState([10.0, 10.0, 10.0], [0.0] * 3, [NEVER] * 3)
     intervals = SHARES.intervals(0.1)
-    new, wait, charged = fair_gcra(state, 0.0, 0.1, 1, intervals, SHARES.weights, 0, 0.0)
+    new, wait, charged = fair_gcra(state, 0.0, 0.1, intervals, SHARES.weights, 0, 0.0)
     assert (wait, charged) == (None, -1)
-    assert (new.ceiling, new.tats) == (state.ceiling, state.tats)
+    assert new.tats == state.tats
 
 
 def test_a_lender_keeps_half_its_burst() -> None:
     # Share 1 is full, share 0 empty (2 too): 0 may borrow from 1 until 1 is half empty.
     interval, burst = 0.1, 30  # tau = 3 s; each share: interval 0.3 s, burst 10
     intervals = SHARES.intervals(interval)
-    state = ShareState(0.0, [3.0, 0.0, 3.0], [0.0] * 3, [-1e18] * 3)
+    state = ShareState([3.0, 0.0, 3.0], [0.0] * 3, [NEVER] * 3)
     lent = 0
     for _ in range(20):
         state, wait, charged = fair_gcra(
-            state, 0.0, interval, burst, intervals, SHARES.weights, 0, 0.0
+            state, 0.0, burst * interval, intervals, SHARES.weights, 0, 0.0
         )
         if wait is None:
             break
@@ -286,26 +287,27 @@ def test_what_one_share_lends_goes_to_the_borrowers_by_weight() -> None:
     assert 1.8 <= allowed["a"] / allowed["b"] <= 2.2, allowed
 
 
-async def test_a_follow_up_call_takes_from_the_ceiling_only() -> None:
+async def test_a_follow_up_call_takes_from_the_share_with_the_most_left() -> None:
     store = MemoryBucketStore(clock=lambda: 0.0)
-    bucket = TokenBucket("bucket:x", 10, 3, store, SHARES)
-    assert await bucket.acquire()
-    assert store._tat == {"bucket:x": 0.1}
-    assert await bucket.acquire_for("b") == (True, "b")
-    assert "{bucket:x}:share:b" in store._tat
+    bucket = TokenBucket("bucket:x", 30, 30, store, SHARES)  # shares of 10 calls
+    for _ in range(4):
+        assert await bucket.acquire_for("a") == (True, "a")
+    assert await bucket.acquire()  # a's share is the emptiest: b's or default's pays
+    assert "{bucket:x}:share:a" in store._tat
+    assert sorted(store._tat) == ["{bucket:x}:share:a", "{bucket:x}:share:b"]
 
 
 async def test_without_shares_a_cluster_takes_from_the_plain_bucket() -> None:
     store = MemoryBucketStore(clock=lambda: 0.0)
     bucket = TokenBucket("bucket:x", 10, 1, store)
-    assert await bucket.acquire_for("b") == (True, "b")
-    assert await bucket.acquire_for("b") == (False, "b")
+    assert await bucket.acquire_for("b") == (True, None)
+    assert await bucket.acquire_for("b") == (False, None)
     assert list(store._tat) == ["bucket:x"]
 
 
-async def test_a_cluster_with_no_share_takes_from_the_ceiling_only() -> None:
+async def test_a_cluster_with_no_share_is_charged_as_a_follow_up_is() -> None:
     store = MemoryBucketStore(clock=lambda: 0.0)
     shares = FairShares.of({"a": 1.0, "b": 1.0})  # every caller is a or b
     bucket = TokenBucket("bucket:x", 10, 2, store, shares)
-    assert await bucket.acquire_for(DEFAULT_CLUSTER) == (True, DEFAULT_CLUSTER)
-    assert list(store._tat) == ["bucket:x"]
+    allowed, paid_by = await bucket.acquire_for(DEFAULT_CLUSTER)
+    assert allowed and paid_by in ("a", "b")

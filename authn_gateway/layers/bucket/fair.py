@@ -1,12 +1,13 @@
 """A backend's bucket shared between clusters by weight (issue 37: many clusters, one fleet).
 
-The backend's bucket (rate R, burst B, GCRA as in :mod:`.gcra`) stays the hard ceiling:
-every call takes from it, so no window of t seconds sees more than ``B + R·t`` calls,
-whatever the clusters do. Beside it each cluster k has a share, a bucket of its own
-with rate ``R·w_k/W`` and burst ``B·w_k/W`` (W: the sum of the weights). A cluster's
-call takes from its own share if it can; if not, it *borrows* from the share with the
-most left, but only from a share that keeps at least half its burst after the loan.
-So:
+The bucket (rate R, burst B) is cut into one share per cluster k: a bucket of its own,
+GCRA as in :mod:`.gcra`, with rate ``R·w_k/W`` and burst ``B·w_k/W`` (W: the sum of
+the weights). The shares' rates add up to R and their bursts to B, and every call
+takes one unit from exactly one share, so no window of t seconds sees more than
+``B + R·t`` calls, exactly as with the one bucket, whatever the clusters do. A
+cluster's call takes from its own share if it can; if not, it *borrows* from the share
+with the most left, but only from a share that keeps at least half its burst after the
+loan. So:
 
 * a cluster that asks for less than its share always finds its own share (its bursts
   up to half its burst included): another cluster's storm never takes that from it;
@@ -22,16 +23,21 @@ So:
 * two storming clusters split the bucket by weight: neither has anything to lend, and
   a third share's surplus goes to them by weight.
 
+Why shares and no bucket over them: a bucket above the shares, spent first come first
+served, decides alone whenever it is shorter than the shares together (while Redis
+is down it starts empty, and a follow-up call spends it): a storm at 10 x the rate
+then takes nearly every unit it frees (docs/decisions.md).
+
 In GCRA terms every share's tolerance is the same, ``τ = B/R``: a share's state is the
-theoretical arrival time of its next call, from ``now`` (full) to ``now + τ`` (empty).
-A share lends while its next arrival after the loan stays within ``now + τ/2``. A
-share smaller than one call (``B·w/W < 1``: refused by the config check) would take
-one call's tolerance. ``fair_take.lua`` is this function, for the fleet's shares in
-Redis; ``tests/unit/test_bucket_fair.py`` pins the two to the same answers.
+theoretical arrival time (TAT) of its next call, from ``now`` (full) to ``now + τ``
+(empty). A share lends while its TAT after the loan stays within ``now + τ/2``. The
+config refuses a share smaller than one call (``B·w/W < 1``). ``fair_take.lua`` is
+this function, for the fleet's shares in Redis; ``tests/process/test_stores.py`` holds
+the two to the same answers.
 
 A follow-up call a backend makes for a review (group pages, service logins; see
-:mod:`backends.budget`) takes from the ceiling only: it was not asked for by a cluster
-but by the review its first call already charged.
+:mod:`backends.budget`) was asked for by no cluster: it takes from the share with the
+most left, reserve or not (``own`` None).
 """
 
 from __future__ import annotations
@@ -44,67 +50,75 @@ from authn_gateway.layers.bucket.shares import FairShares
 
 __all__ = ["FairShares", "ShareState", "fair_gcra"]
 
+#: A cluster that never asked to borrow.
+NEVER = -1e18
+
 
 @dataclass
 class ShareState:
-    """A shared bucket's state: the ceiling's and each share's TAT, and each cluster's
-    borrowing (its pass, and when it last asked to borrow). Lists by share index."""
+    """A shared bucket's state, by share index: each share's TAT, and each cluster's
+    borrowing (its pass, and when it last asked to borrow)."""
 
-    ceiling: float
     tats: list[float]
     passes: list[float]
     asked: list[float]
 
     @classmethod
     def new(cls, n: int) -> ShareState:
-        return cls(0.0, [0.0] * n, [0.0] * n, [-1e18] * n)
+        return cls([0.0] * n, [0.0] * n, [NEVER] * n)
 
     def copy(self) -> ShareState:
-        return ShareState(self.ceiling, list(self.tats), list(self.passes), list(self.asked))
+        return ShareState(list(self.tats), list(self.passes), list(self.asked))
 
 
 def fair_gcra(
     state: ShareState,
     now: float,
-    interval: float,
-    burst: int,
+    tau: float,
     intervals: Sequence[float],
     weights: Sequence[float],
-    own: int,
+    own: int | None,
     max_wait: float,
 ) -> tuple[ShareState, float | None, int]:
-    """One call of share ``own``: (the new state, seconds to wait, the share charged),
-    or (the state, with a refused borrower's ask recorded, None, -1) when refused.
+    """One call of share ``own`` (None: a follow-up call, of no cluster): (the new
+    state, seconds to wait, the share charged), or (the state, with a refused
+    borrower's ask recorded, None, -1) when refused. ``tau`` is the tolerance, B/R.
 
-    A call from the own share may wait up to ``max_wait`` for it (as the plain bucket
-    does); a borrowed one waits for the ceiling only.
+    A call from its own share may wait up to ``max_wait`` for it (as the plain bucket
+    does); a borrowed one does not wait. A share under one call (each replica's part of
+    a small share while Redis is down) lets a call through when it is full.
     """
-    tau = burst * interval
     new = state.copy()
-    ceiling = max(state.ceiling, now) + interval
-    ceiling_wait = ceiling - tau - now
-    if ceiling_wait > max_wait + EPSILON:
-        return new, None, -1
+    if own is None:
+        fullest = min(
+            range(len(intervals)),
+            key=lambda j: max(state.tats[j], now) + intervals[j] - max(tau, intervals[j]),
+        )
+        after = max(state.tats[fullest], now) + intervals[fullest]
+        wait = after - max(tau, intervals[fullest]) - now
+        if wait > max_wait + EPSILON:
+            return new, None, -1
+        new.tats[fullest] = after
+        return new, max(0.0, wait), fullest
     mine = max(state.tats[own], now) + intervals[own]
     own_wait = mine - max(tau, intervals[own]) - now
-    charged, after = own, mine
-    if own_wait > max_wait + EPSILON:
-        # Among the clusters borrowing now, loans go by weight.
-        recent = now - tau / 2
-        others = [p for j, p in enumerate(state.passes) if j != own and state.asked[j] >= recent]
-        floor = min(others, default=None)
-        mine_pass = state.passes[own]
-        if state.asked[own] < recent and floor is not None:
-            mine_pass = floor  # back after a pause: no credit banked, no debt kept
-        new.asked[own], new.passes[own] = now, mine_pass
-        charged, after = _lender(state, now, tau, intervals, own)
-        if charged < 0 or (floor is not None and mine_pass > floor + 1 / weights[own] + EPSILON):
-            return new, None, -1
-        new.passes[own] = mine_pass + 1 / weights[own]
-        own_wait = 0.0
-    new.ceiling = ceiling
-    new.tats[charged] = after
-    return new, max(0.0, ceiling_wait, own_wait), charged
+    if own_wait <= max_wait + EPSILON:
+        new.tats[own] = mine
+        return new, max(0.0, own_wait), own
+    # Among the clusters borrowing now, loans go by weight.
+    recent = now - tau / 2
+    others = [p for j, p in enumerate(state.passes) if j != own and state.asked[j] >= recent]
+    floor = min(others, default=None)
+    mine_pass = state.passes[own]
+    if state.asked[own] < recent and floor is not None:
+        mine_pass = floor  # back after a pause: no credit banked, no debt kept
+    new.asked[own], new.passes[own] = now, mine_pass
+    lender, after = _lender(state, now, tau, intervals, own)
+    if lender < 0 or (floor is not None and mine_pass > floor + 1 / weights[own] + EPSILON):
+        return new, None, -1
+    new.passes[own] = mine_pass + 1 / weights[own]
+    new.tats[lender] = after
+    return new, 0.0, lender
 
 
 def _lender(

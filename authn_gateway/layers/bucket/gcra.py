@@ -52,11 +52,11 @@ class BucketStore(Protocol):
         burst: int,
         max_wait: float,
         shares: FairShares,
-        cluster: str,
-    ) -> tuple[float | None, str]:
-        """One call of ``cluster`` from the bucket ``key`` shared by weight
-        (:mod:`.fair`): seconds to wait (None: refused), and the share that paid
-        (the cluster's own, or the one it borrowed from)."""
+        cluster: str | None,
+    ) -> tuple[float | None, str | None]:
+        """One call of ``cluster`` (None: a follow-up call) from the bucket ``key``
+        shared by weight (:mod:`.fair`): seconds to wait (None: refused), and the share
+        that paid (the cluster's own, the one it borrowed from; None when refused)."""
         ...
 
 
@@ -79,18 +79,27 @@ class TokenBucket:
         self.shares = shares
 
     async def acquire(self, max_wait: float = 0.0) -> bool:
-        """A call that no cluster asked for (a review's follow-up): the ceiling only."""
-        wait = await self.store.take(self.key, self.interval, self.burst, max_wait)
+        """A call that no cluster asked for (a review's follow-up): from the share with
+        the most left when the bucket is shared."""
+        if self.shares is not None:
+            wait, _ = await self.store.take_fair(
+                self.key, self.interval, self.burst, max_wait, self.shares, None
+            )
+        else:
+            wait = await self.store.take(self.key, self.interval, self.burst, max_wait)
         return await _waited(wait)
 
-    async def acquire_for(self, cluster: str, max_wait: float = 0.0) -> tuple[bool, str]:
+    async def acquire_for(self, cluster: str, max_wait: float = 0.0) -> tuple[bool, str | None]:
         """A review's first call, for ``cluster``: whether it may go, and the share that
-        paid (its own, or a lender's; the cluster itself when refused)."""
+        paid (its own, a lender's; None when refused, or with no shares)."""
         shares = self.shares
-        if shares is None or shares.index(cluster) is None:
-            return await self.acquire(max_wait), cluster
+        if shares is None:
+            return await self.acquire(max_wait), None
+        # A cluster with no share (default, when every caller is in another) is charged
+        # as a follow-up is.
+        mine = cluster if shares.index(cluster) is not None else None
         wait, paid_by = await self.store.take_fair(
-            self.key, self.interval, self.burst, max_wait, shares, cluster
+            self.key, self.interval, self.burst, max_wait, shares, mine
         )
         return await _waited(wait), paid_by
 

@@ -33,5 +33,5 @@ class BudgetLayer(Layer):
             self.limiters.refusal("outbound", self.name)
             self.clusters.refused(self.name, cluster, "bucket")
             return Verdict(_REFUSED, self.name)
-        self.clusters.called(self.name, cluster, paid_by)
+        self.clusters.called(self.name, cluster, paid_by or cluster)
         return await self.inner.review(review)

@@ -5,14 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from authn_gateway.layers.bucket.fair import ShareState, fair_gcra
+from authn_gateway.layers.bucket.fair import NEVER, ShareState, fair_gcra
 from authn_gateway.layers.bucket.gcra import gcra
 from authn_gateway.layers.bucket.shares import FairShares
 
 
 def share_key(key: str, name: str) -> str:
-    """Where a cluster's share of the bucket ``key`` is kept (in memory and in Redis)."""
+    """Where a cluster's share of the bucket ``key`` is kept (in memory and in Redis,
+    where the braces keep every share of one bucket in one hash slot)."""
     return f"{{{key}}}:share:{name}"
+
+
+def borrowing_key(key: str, name: str) -> str:
+    """Where a cluster's borrowing from the other shares of ``key`` is kept."""
+    return share_key(key, name) + ":borrowing"
 
 
 class MemoryBucketStore:
@@ -37,33 +43,33 @@ class MemoryBucketStore:
         burst: int,
         max_wait: float,
         shares: FairShares,
-        cluster: str,
-    ) -> tuple[float | None, str]:
+        cluster: str | None,
+        scale: int = 1,
+    ) -> tuple[float | None, str | None]:
+        """:meth:`take_fair`, at once; ``scale``: each share at 1/scale of its rate,
+        the same tolerance (a replica's part while Redis is down)."""
         names = shares.names
         keys = [share_key(key, name) for name in names]
         tat, borrowing = self._tat, self._borrowing
         state = ShareState(
-            tat.get(key, 0.0),
             [tat.get(k, 0.0) for k in keys],
-            [borrowing.get(k, (0.0, -1e18))[0] for k in keys],
-            [borrowing.get(k, (0.0, -1e18))[1] for k in keys],
+            [borrowing.get(k, (0.0, NEVER))[0] for k in keys],
+            [borrowing.get(k, (0.0, NEVER))[1] for k in keys],
         )
-        own = shares.index(cluster)
-        assert own is not None, "a cluster with no share takes from the ceiling (TokenBucket)"
+        own = None if cluster is None else shares.index(cluster)
         new, wait, charged = fair_gcra(
             state,
             self._clock(),
-            interval,
-            burst,
-            shares.intervals(interval),
+            burst * interval,
+            shares.intervals(interval * scale),
             shares.weights,
             own,
             max_wait,
         )
-        borrowing[keys[own]] = (new.passes[own], new.asked[own])
+        if own is not None:
+            borrowing[keys[own]] = (new.passes[own], new.asked[own])
         if wait is None:
-            return None, names[own]
-        tat[key] = new.ceiling
+            return None, None
         tat[keys[charged]] = new.tats[charged]
         return wait, names[charged]
 
@@ -74,11 +80,11 @@ class MemoryBucketStore:
         burst: int,
         max_wait: float,
         shares: FairShares,
-        cluster: str,
-    ) -> tuple[float | None, str]:
+        cluster: str | None,
+    ) -> tuple[float | None, str | None]:
         return self.take_fair_now(key, interval, burst, max_wait, shares, cluster)
 
-    def empty(self, key: str, interval: float, burst: int, since: float | None = None) -> None:
+    def empty(self, key: str, interval: float, burst: float, since: float | None = None) -> None:
         """Start ``key`` as a bucket that was empty at ``since`` (monotonic; default now)
         and has refilled at its rate from then."""
         self._tat[key] = (self._clock() if since is None else since) + burst * interval

@@ -7,10 +7,10 @@ burst. Back in shared mode the calls made locally are charged to the shared buck
 most one burst's worth), and a shared bucket that Redis lost meanwhile starts empty,
 not full (``resume.lua``).
 
-A bucket shared between clusters (``fair_take.lua``, :mod:`.fair`) keeps each share
-beside the ceiling, in the ceiling's hash slot (Redis Cluster runs a script on one
-slot); while Redis is down each replica shares its R/N the same way, and only the
-ceiling's local spending is charged back.
+A bucket shared between clusters (``fair_take.lua``, :mod:`.fair`) keeps each share in
+the bucket's hash slot (Redis Cluster runs a script on one slot); while Redis is down
+each replica shares its R/N the same way, each share empty as of the switch, and each
+share is charged back what it spent locally.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from authn_gateway.fleet.redis_link import RedisDown, RedisLink, lua_script
-from authn_gateway.layers.bucket.memory import MemoryBucketStore, share_key
+from authn_gateway.layers.bucket.memory import MemoryBucketStore, borrowing_key, share_key
 from authn_gateway.layers.bucket.shares import FairShares
 
 GCRA_TAKE = lua_script(__package__, "gcra_take.lua")
@@ -39,7 +39,8 @@ class RedisBucketStore:
         self._local = MemoryBucketStore()
         # Per key, during the current local period: calls taken locally.
         self._spent_locally: dict[str, int] = {}
-        self._shapes: dict[str, tuple[float, int]] = {}
+        # Per key: its interval and burst (a share's burst is a fraction of calls).
+        self._shapes: dict[str, tuple[float, float]] = {}
         link.on_resume(self.resumed)
 
     async def take(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
@@ -52,7 +53,11 @@ class RedisBucketStore:
             return None if seconds < 0 else seconds
 
         def local() -> float | None:
-            local_interval, local_burst = self._local_shape(key, interval, burst)
+            n = self._share()
+            # 1/N of the rate, at least one call's burst.
+            local_interval = interval * n
+            local_burst = max(1, math.ceil(burst / n))
+            self._local_shape(key, interval, local_burst * local_interval)
             wait = self._local.take_now(key, local_interval, local_burst, max_wait)
             if wait is not None:
                 self._spent_locally[key] += 1
@@ -67,50 +72,56 @@ class RedisBucketStore:
         burst: int,
         max_wait: float,
         shares: FairShares,
-        cluster: str,
-    ) -> tuple[float | None, str]:
-        self._shapes[key] = (interval, burst)
-        ceiling = self._link.key(key)
-        keys = [ceiling, *(share_key(ceiling, name) for name in shares.names)]
-        own = shares.index(cluster)
-        assert own is not None, "a cluster with no share takes from the ceiling (TokenBucket)"
+        cluster: str | None,
+    ) -> tuple[float | None, str | None]:
+        intervals = shares.intervals(interval)
+        link = self._link
+        keys = [link.key(share_key(key, name)) for name in shares.names]
+        keys += [link.key(borrowing_key(key, name)) for name in shares.names]
+        own = None if cluster is None else shares.index(cluster)
         args = [
-            repr(interval),
-            burst,
+            repr(burst * interval),
             repr(max_wait),
-            own,
-            *map(repr, shares.intervals(interval)),
+            -1 if own is None else own,
+            *map(repr, intervals),
             *map(repr, shares.weights),
         ]
 
-        async def remote(r: Any) -> tuple[float | None, str]:
+        async def remote(r: Any) -> tuple[float | None, str | None]:
             seconds, charged = await self._link.script_on(r, FAIR_TAKE, keys, args)
             if float(seconds) < 0:
-                return None, shares.names[own]
+                return None, None
             return float(seconds), shares.names[int(charged)]
 
-        def local() -> tuple[float | None, str]:
-            local_interval, local_burst = self._local_shape(key, interval, burst)
+        def local() -> tuple[float | None, str | None]:
+            n = self._share()
+            for name, share_interval in zip(shares.names, intervals, strict=True):
+                # Each share's 1/N, empty as of the switch, like the plain bucket's.
+                self._local_shape(share_key(key, name), share_interval, burst * interval)
             wait, charged = self._local.take_fair_now(
-                key, local_interval, local_burst, max_wait, shares, cluster
+                key, interval, burst, max_wait, shares, cluster, scale=n
             )
-            if wait is not None:
-                self._spent_locally[key] += 1
+            if charged is not None:
+                self._spent_locally[share_key(key, charged)] += 1
             return wait, charged
 
+        for name, share_interval in zip(shares.names, intervals, strict=True):
+            # Back in shared mode each share is charged what it spent locally.
+            self._shapes[share_key(key, name)] = (share_interval, burst * interval / share_interval)
         return await self._link.either("bucket_take", remote, local)
 
-    def _local_shape(self, key: str, interval: float, burst: int) -> tuple[float, int]:
-        """The bucket's 1/N while Redis is down; started empty on the first local call."""
+    def _local_shape(self, key: str, interval: float, tau: float) -> tuple[float, float]:
+        """The bucket's 1/N while Redis is down (its interval N times longer, its
+        tolerance the same); started empty on the first local call."""
         n = self._share()
-        local_interval, local_burst = interval * n, max(1, math.ceil(burst / n))
+        local_interval = interval * n
         if key not in self._spent_locally:
             # Empty as of the switch to local mode (or now, for one late answer),
             # refilling at R/N since then.
             self._spent_locally[key] = 0
             since = None if self._link.shared else self._link.local_since
-            self._local.empty(key, local_interval, local_burst, since=since)
-        return local_interval, local_burst
+            self._local.empty(key, local_interval, tau / local_interval, since=since)
+        return local_interval, tau
 
     def resumed(self) -> None:
         """Redis answers again: charge what was spent locally to the shared buckets."""
@@ -118,7 +129,7 @@ class RedisBucketStore:
         for key, (interval, burst) in self._shapes.items():
             self._spawn(self._resume(key, interval, burst, min(spent.get(key, 0), burst)))
 
-    async def _resume(self, key: str, interval: float, burst: int, calls: int) -> None:
+    async def _resume(self, key: str, interval: float, burst: float, calls: float) -> None:
         with contextlib.suppress(RedisDown):
-            args = [repr(interval), burst, calls]
+            args = [repr(interval), repr(burst), repr(calls)]
             await self._link.script("bucket_resume", RESUME, [self._link.key(key)], args)
