@@ -55,7 +55,7 @@ def test_the_image_build_stage_installs_a_working_gateway(tmp_path: Path) -> Non
         "authn_gateway/review/stores.py",
         "authn_gateway/layers/bucket/gcra_take.lua",
         "backends/keystone/backend.py",
-        "backends/ldap.py",
+        "backends/ldap/backend.py",
         "backends/gitlab.py",
         "backends/static.py",
     ):

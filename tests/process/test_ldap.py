@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from backends import ldap as ldap_backend_module
 from backends.base import Authenticated, Rejected, Unavailable
+from backends.ldap import search as ldap_search
 from tests.support.ldap_helpers import _config, backend_for, pw, token
 from tests.support.procs import GatewayProcess, metric_value, start_gateway
 from tests.support.slapd import (
@@ -371,8 +371,8 @@ async def test_a_user_in_more_groups_than_are_read_is_refused_not_the_directory_
 ) -> None:  # fmt: skip
     # Alice is in three groups: one a page, read over three pages or refused at two.
     # Refused, not unavailable: her own reviews must not open the breaker for everyone.
-    monkeypatch.setattr(ldap_backend_module, "GROUP_PAGE_SIZE", 1)
-    monkeypatch.setattr(ldap_backend_module, "MAX_GROUP_PAGES", pages)
+    monkeypatch.setattr(ldap_search, "GROUP_PAGE_SIZE", 1)
+    monkeypatch.setattr(ldap_search, "MAX_GROUP_PAGES", pages)
     backend = backend_for(
         slapd.ldaps_url, service_password_file, tls={"ca_file": str(slapd.ca.cert)},
         groups={"mode": "search", "base": GROUPS},

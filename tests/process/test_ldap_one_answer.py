@@ -4,7 +4,7 @@ The service account's pooled connections carry every user's search. LDAP numbers
 operations (RFC 4511 messageID) and ldap3's synchronous strategy refuses an answer whose
 id is not the operation's ("invalid messageId received", a communication error). The
 backend's pool then closes that connection and runs the search once more on a fresh one
-(backends/ldap.py, ServicePool.run); a timed-out operation's connection is closed by
+(backends/ldap/pool.py, ServicePool.run); a timed-out operation's connection is closed by
 ldap3 itself, so its late answer reaches nobody. A review is cancelled only on the
 asyncio side: its thread finishes its own operation before the slot is free.
 
