@@ -37,7 +37,9 @@ class AuditLog:
         outcome: Outcome,
         token_id: str,
         stale: bool,
+        cluster: str | None = None,
     ) -> None:
+        """One decision. ``cluster``: the caller's, when clusters are configured."""
         user = outcome.user if isinstance(outcome, Authenticated) else None
         # A refused user is named when a backend named them (the deny list's refusals).
         refused = outcome.username if isinstance(outcome, Rejected) else None
@@ -52,6 +54,8 @@ class AuditLog:
             "token": token_id,
             "stale": stale,
         }
+        if cluster is not None:
+            doc["cluster"] = cluster
         self.sink.put(orjson.dumps(doc).decode(), "audit")
 
     def action(

@@ -232,6 +232,7 @@ class ReviewEndpoint:
                 outcome=outcome,
                 token_id=token_id,
                 stale=verdict.stale,
+                cluster=cluster if clusters.configured else None,
             )
         return body
 

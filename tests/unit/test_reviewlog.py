@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from authn_gateway.observe import reviewlog
+from authn_gateway.observe.audit import AuditLog
 from authn_gateway.observe.logsink import LogSink
 from authn_gateway.observe.reviewlog import ReviewLog
+from backends.base import Rejected
 
 
 def written(log: ReviewLog, out: io.StringIO) -> list[str]:
@@ -89,6 +91,41 @@ def test_json_lines_parse() -> None:
     assert doc["msg"] == "review"
     assert doc["answer"] == "authenticated"
     assert doc["ms"] == 0.5
+
+
+def test_a_line_names_the_cluster_when_one_is_given() -> None:
+    for form in ("text", "json"):
+        out = io.StringIO()
+        log = ReviewLog(form, out)
+        log.write(token="abc", answer="authenticated", backend="s", ms=0.5, cached=True)
+        log.write(
+            token="abc", answer="rejected", backend="s", ms=0.5, cached=True, cluster="prod-eu"
+        )
+        without, named = written(log, out)
+        assert "cluster" not in without  # no clusters configured: the line as before
+        if form == "text":
+            assert named.endswith(" cluster=prod-eu")
+        else:
+            assert json.loads(named)["cluster"] == "prod-eu"
+
+
+async def test_the_audit_log_names_the_cluster_when_one_is_given(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(str(path))
+    for cluster in (None, "prod-eu"):
+        audit.write(
+            caller="token:prod",
+            backend="s",
+            answer="rejected",
+            outcome=Rejected("no"),
+            token_id="0123456789ab",
+            stale=False,
+            cluster=cluster,
+        )
+    assert audit.sink.flush(5.0)
+    audit.sink.close()
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert "cluster" not in first and second["cluster"] == "prod-eu"
 
 
 async def test_lines_are_written_by_the_sink_thread_without_a_flush() -> None:
