@@ -59,6 +59,41 @@ def test_review_explains_a_rejection_in_v1beta1() -> None:
     assert "rejected by demo" in result.stderr
 
 
+CLUSTERS = """
+server:
+  caller_tokens: [{name: ci, token: "ci-caller-Hn4Wq8zR2mK6vT1xB9cY3uL7aE5sD0fGjPiNbV"}]
+clusters: [{name: ci, caller_tokens: [ci], backends: [demo]}]
+backends:
+  - {name: demo, type: static, tokens: [{token: demo-token, username: dev}]}
+  - {name: bots, type: static, prefix: "bot-", tokens: [{token: bot-1, username: bot}]}
+"""
+
+
+def test_review_names_the_cluster_and_reviews_as_it(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(CLUSTERS)
+    allowed = run_cli("review", "--config", str(config), "--cluster", "ci", stdin="demo-token\n")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "cluster ci: authenticated by demo" in allowed.stderr
+    # ci may not use bots: refused without asking it, and said so; default may.
+    refused = run_cli("review", "--config", str(config), "--cluster", "ci", stdin="bot-1\n")
+    assert json.loads(refused.stdout)["status"] == {"authenticated": False}
+    assert "cluster 'ci' may not use backend 'bots'" in refused.stderr
+    other = run_cli("review", "--config", str(config), stdin="bot-1\n")
+    assert "cluster default: authenticated by bots" in other.stderr
+
+
+def test_review_refuses_a_cluster_the_config_does_not_name(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(CLUSTERS)
+    result = run_cli("review", "--config", str(config), "--cluster", "prod", stdin="x\n")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "--cluster: no cluster is named 'prod' (the config has: default, ci)"
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_review_reports_an_unreachable_backend(tmp_path: Path) -> None:
     config = tmp_path / "gw.yaml"
     config.write_text(f"""
