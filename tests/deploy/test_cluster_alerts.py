@@ -1,14 +1,17 @@
-"""promtool unit tests of the alert on one gateway serving many clusters (issue 37):
+"""promtool unit tests of what shows one gateway serving many clusters (issue 37):
 AuthnGatewayClusterDominatesIdP fires when one cluster takes most of a backend's IdP
 calls while another cluster's calls are shed, and not for a cluster that is the only
 one asking, nor for clusters within their shares, nor for the busiest cluster while
-the others get all they ask."""
+the others get all they ask; the runbook's queries and the dashboard's "Clusters" row
+show each cluster's figures on the same series."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.support.metric_names import FIXTURE
 from tests.support.prometheus_helpers import ROOT, _promtool_test, _series, rule_groups
@@ -21,7 +24,11 @@ SHED = "authn_gateway_cluster_shed_total"
 
 REVIEWS = "authn_gateway_cluster_reviews_total"
 
+WAIT = "authn_gateway_cluster_queue_wait_seconds_bucket"
+
 OPERATIONS = ROOT / "docs" / "operations.md"
+
+DASHBOARD = ROOT / "deploy" / "base" / "dashboard" / "grafana-dashboard.json"
 
 MINUTES = 60
 
@@ -173,17 +180,10 @@ def test_the_alert_names_each_dominant_cluster_per_backend_and_namespace(
     )
 
 
-def runbook_section() -> str:
-    text = OPERATIONS.read_text()
-    start = text.index(f"### {ALERT}")
-    return text[start : text.index("\n### ", start + 1)]
-
-
-def test_the_runbooks_queries_show_who_storms_and_who_is_shed(tmp_path: Path) -> None:
-    [block] = re.findall(r"```promql\n(.*?)```", runbook_section(), re.S)
-    queries = block.strip().splitlines()
-    assert len(queries) == 3, queries
-    series = [
+def storm_series() -> list[dict[str, str]]:
+    """ci storms keystone from minute 10 to 40 (9 of its 10 calls/s, 3 borrowed) and
+    its calls wait for slots; prod's are shed; ci's reviews are mostly refusals."""
+    return [
         calls("keystone", "ci", storm(1.5, 0.5), pod="gw-0"),
         calls("keystone", "ci", storm(3.0, 0.0), pod="gw-0", share="borrowed"),
         calls("keystone", "ci", storm(4.5, 0.5), pod="gw-1"),
@@ -196,7 +196,33 @@ def test_the_runbooks_queries_show_who_storms_and_who_is_shed(tmp_path: Path) ->
         reviews("ci", "authenticated", storm(2.0, 2.0)),
         reviews("prod", "authenticated", storm(5.0, 5.0)),
         reviews("prod", "unavailable", storm(1.0, 0.0)),
+        *wait("ci", 0.5, storm(9.0, 1.0)),
+        *wait("prod", 0.01, storm(1.0, 1.0)),
     ]
+
+
+def wait(cluster: str, bound: float, rate: Callable[[int], float]) -> list[dict[str, str]]:
+    """A cluster's queue-wait histogram on keystone: every wait just under ``bound``."""
+    return [
+        {
+            "series": _series(WAIT, {"backend": "keystone", "cluster": cluster, "le": le}),
+            "values": counter(rate if float(le) >= bound else lambda _: 0.0),
+        }
+        for le in ("0.005", "0.01", "0.25", "0.5", "+Inf")
+    ]
+
+
+def runbook_section() -> str:
+    text = OPERATIONS.read_text()
+    start = text.index(f"### {ALERT}")
+    return text[start : text.index("\n### ", start + 1)]
+
+
+def test_the_runbooks_queries_show_who_storms_and_who_is_shed(tmp_path: Path) -> None:
+    [block] = re.findall(r"```promql\n(.*?)```", runbook_section(), re.S)
+    queries = block.strip().splitlines()
+    assert len(queries) == 3, queries
+    series = storm_series()
     # Per query: (the other label's value per cluster, the rate a second).
     expected = [
         ("answer", [("ci", "rejected", 100), ("ci", "authenticated", 2),
@@ -233,3 +259,75 @@ def test_the_runbook_lists_every_metric_per_cluster_the_gateway_exports() -> Non
     table = text[text.index("### Seen per cluster") : text.index("## Running it")]
     listed = set(re.findall(r"^\| `(authn_gateway_cluster_\w+)`", table, re.M))
     assert listed == exported
+
+
+def labels(**values: str) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in values.items()) + "}"
+
+
+def clusters_row() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The dashboard's "Clusters" row and the panels under it."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    [row] = [p for p in panels if p["type"] == "row" and p["title"] == "Clusters"]
+    after = panels[panels.index(row) + 1 :]
+    under = after[: next((i for i, p in enumerate(after) if p["type"] == "row"), len(after))]
+    return row, under
+
+
+def test_the_dashboards_clusters_row_shows_each_clusters_figures(tmp_path: Path) -> None:
+    row, panels = clusters_row()
+    assert [p["title"] for p in panels] == [
+        "Reviews by cluster and answer",
+        "IdP calls by cluster (own or borrowed share)",
+        "Queue wait p99 by cluster",
+        "Shed calls by cluster and reason",
+    ]
+    assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in panels)
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    # As Grafana sends them: every namespace, a 5-minute rate.
+    concrete = [e.replace("$__rate_interval", "5m").replace("$namespace", ".*") for e in exprs]
+    k = "keystone"
+    expected: list[list[tuple[str, float]]] = [
+        [(labels(cluster="ci", answer="rejected"), 100),
+         (labels(cluster="ci", answer="authenticated"), 2),
+         (labels(cluster="prod", answer="authenticated"), 5),
+         (labels(cluster="prod", answer="unavailable"), 1)],
+        [(labels(backend=k, cluster="ci", share="own"), 6),
+         (labels(backend=k, cluster="ci", share="borrowed"), 3),
+         (labels(backend=k, cluster="prod", share="own"), 1),
+         (labels(backend="ldap", cluster="prod", share="own"), 7)],
+        # Each cluster's share of its backend's calls: what the alert compares with 0.8.
+        [(labels(backend=k, cluster="ci"), 0.9), (labels(backend=k, cluster="prod"), 0.1),
+         (labels(backend="ldap", cluster="prod"), 1)],
+        [(labels(backend=k, cluster="ci"), 0.5), (labels(backend=k, cluster="prod"), 0.01)],
+        [(labels(backend=k, cluster="ci", reason="queue_full"), 50),
+         (labels(backend=k, cluster="ci", reason="bucket"), 20),
+         (labels(backend=k, cluster="prod", reason="bucket"), 1)],
+    ]  # fmt: skip
+    tests = [
+        {
+            "expr": f"round({expr}, 0.01)",
+            "eval_time": "30m",
+            "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+        }
+        for expr, samples in zip(concrete, expected, strict=True)
+    ]
+    _promtool_test(
+        tmp_path,
+        [{"interval": "1m", "input_series": storm_series(), "promql_expr_test": tests}],
+        interval="1m",
+    )
+
+
+def test_no_two_dashboard_panels_overlap() -> None:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    cells: dict[tuple[int, int], str] = {}
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, (panel["title"], cells.get((x, y)))
+                cells[(x, y)] = panel["title"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))

@@ -127,6 +127,8 @@ def test_dashboard_configmap_carries_the_dashboard_json() -> None:
         assert wanted in titles
     for wanted in ("cache hit ratio", "stale", "limiter drops"):
         assert wanted in titles
+    for wanted in ("reviews by cluster", "idp calls by cluster", "shed calls by cluster"):
+        assert wanted in titles
 
 
 def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:
