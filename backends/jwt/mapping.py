@@ -85,11 +85,7 @@ def _username(
     spec: PrefixedClaimOrExpression, claims: dict[str, Any], variables: dict[str, Any]
 ) -> str:
     if spec.claim is not None:
-        if spec.claim not in claims:
-            raise MappingRefused(f"username claim {spec.claim!r} not present")
-        value = claims[spec.claim]
-        if value is not None and not isinstance(value, str):
-            raise MappingRefused(f"username claim {spec.claim!r} is not a string")
+        value = _string_claim(claims, spec.claim, "username")
         # kube: when present, email_verified must read as the boolean true ("true", a
         # string, does not parse; null reads as false).
         if spec.claim == "email" and claims.get("email_verified", True) is not True:
@@ -133,16 +129,22 @@ def _uid(spec: ClaimOrExpression, claims: dict[str, Any], variables: dict[str, A
     if spec.claim is not None:
         # oidc.go getUID: unmarshalClaim, so a missing claim is refused ("claim not
         # present"); null reads as "".
-        if spec.claim not in claims:
-            raise MappingRefused(f"uid claim {spec.claim!r} not present")
-        value = claims[spec.claim]
-        if value is not None and not isinstance(value, str):
-            raise MappingRefused(f"uid claim {spec.claim!r} is not a string")
-        return value or ""
+        return _string_claim(claims, spec.claim, "uid") or ""
     assert spec.expression is not None
     value = evaluate(spec.expression, variables)
     if not isinstance(value, str):
         raise MappingRefused("uid expression did not give a string")
+    return value
+
+
+def _string_claim(claims: dict[str, Any], name: str, what: str) -> str | None:
+    """Claim ``name``, a string or null (None); refused when missing or of another type,
+    as kube's ``unmarshalClaim`` into a string refuses it."""
+    if name not in claims:
+        raise MappingRefused(f"{what} claim {name!r} not present")
+    value = claims[name]
+    if value is not None and not isinstance(value, str):
+        raise MappingRefused(f"{what} claim {name!r} is not a string")
     return value
 
 
