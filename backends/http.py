@@ -90,6 +90,17 @@ class IdPClient(httpx.AsyncClient):
         return None
 
 
+def ca_context(ca_file: Path) -> ssl.SSLContext:
+    """A client TLS context that trusts the CAs in ``ca_file``. A missing file, or one
+    with no certificate, is one config error line naming the field (never a traceback
+    in check-config, nor a failure found at the first connection)."""
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise BackendConfigError(f"tls.ca_file: cannot load {ca_file}: {reason}") from None
+
+
 def pooled_wire(verify: ssl.SSLContext | bool, pool: PoolSettings) -> AiohttpWire:
     """The connection pool a backend's requests go out through."""
     return AiohttpWire(
@@ -117,11 +128,7 @@ def make_client(
     pool = pool or PoolSettings()
     verify: ssl.SSLContext | bool = tls.verify
     if tls.verify and tls.ca_file is not None:
-        try:
-            verify = ssl.create_default_context(cafile=str(tls.ca_file))
-        except (OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
-            raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
+        verify = ca_context(tls.ca_file)
     transport: httpx.AsyncBaseTransport = pooled_wire(verify, pool)
     transport = BoundedAnswers(transport)
     # Innermost but for the bound, so it sees every request actually written, resends

@@ -3,15 +3,14 @@ groups are found, the token's form, the service-account pool."""
 
 from __future__ import annotations
 
-import ssl
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from backends.base import Backend, BackendConfigError
+from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
 from backends.durations import Interval
-from backends.http import TLSClientSettings
+from backends.http import TLSClientSettings, ca_context
 from backends.registry import build_registered, register
 from backends.settings import BackendSettings, Secret, Strict
 
@@ -116,19 +115,9 @@ class LDAPSettings(BackendSettings):
 
     def build(self, budget: CallBudget = UNLIMITED) -> Backend:
         if self.tls.ca_file is not None:
-            _check_ca_file(self.tls)
+            # Loaded here as the HTTP backends load theirs: ldap3's Tls raises its own
+            # exception (a traceback in check-config) and checks nothing before connecting.
+            ca_context(self.tls.ca_file)
         # LDAPBackend registers itself (@builds): it imports this module, so this
         # module does not import it.
         return build_registered(self, budget)
-
-
-def _check_ca_file(tls: TLSClientSettings) -> None:
-    """Load ``tls.ca_file`` as the HTTP backends do (backends/http.py), so a missing file
-    is one config error line (ldap3's Tls raises its own exception, a traceback in
-    check-config) and a file with no certificate is refused at check-config, not found
-    at the first connection that cannot verify the server."""
-    try:
-        ssl.create_default_context(cafile=str(tls.ca_file))
-    except (OSError, ssl.SSLError) as exc:
-        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
-        raise BackendConfigError(f"tls.ca_file: cannot load {tls.ca_file}: {reason}") from None
