@@ -51,16 +51,19 @@ class AuthorizationMetrics(MetricsGroup):
 
 
 class DecisionTally(Collector):
-    """SubjectAccessReviews answered, by apiVersion and answer, as plain integers
-    sampled at scrape time (the review path's ReviewTally does the same, for the same
-    reason: an ``inc()`` of prometheus_client takes a lock on every review)."""
+    """SubjectAccessReviews answered, by apiVersion, answer and the caller's cluster, as
+    plain integers sampled at scrape time (the review path's ReviewTally does the same,
+    for the same reason: an ``inc()`` of prometheus_client takes a lock on every review).
+
+    ``cluster`` is a configured cluster's name or ``default`` (authn_gateway/config/
+    clusters.py: at most 256), so the series stay bounded by the config whoever calls."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, str], int] = {}
+        self._counts: dict[tuple[str, str, str], int] = {}
         self.cache_hits = Count()
 
-    def decision(self, api_version: str, answer: str) -> None:
-        key = (api_version, answer)
+    def decision(self, api_version: str, answer: str, cluster: str) -> None:
+        key = (api_version, answer, cluster)
         counts = self._counts
         counts[key] = counts.get(key, 0) + 1
 
@@ -69,8 +72,9 @@ class DecisionTally(Collector):
             f"{PREFIX}_authorization_decisions",
             "SubjectAccessReviews answered, by answer: allowed, denied, no_opinion "
             "(no rule matched: kube-apiserver asks its next authorizer), unavailable (no "
-            "policy could decide: authorization.on_error was answered).",
-            ["api_version", "answer"],
+            "policy could decide: authorization.on_error was answered); and by the "
+            "caller's cluster.",
+            ["api_version", "answer", "cluster"],
             self._counts.items(),
         )
         hits = CounterMetricFamily(

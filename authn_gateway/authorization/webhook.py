@@ -21,6 +21,7 @@ from authn_gateway.authorization.source import PolicySource
 from authn_gateway.config.authorization import AuthorizationSettings
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.metrics import Metrics
+from backends.context import DEFAULT_CLUSTER
 
 WHERE = "authorization"
 
@@ -61,31 +62,33 @@ class AuthorizationWebhook:
     def _bug(self, exc: Exception) -> None:
         internal_error(WHERE, exc, self._metrics)
 
-    def answer(self, body: bytes) -> bytes:
-        """The 200's body for ``body``; raises :class:`BadAccessReview` for a malformed
-        one (nothing is counted or kept for it)."""
+    def answer(self, body: bytes, cluster: str = DEFAULT_CLUSTER) -> bytes:
+        """The 200's body for ``body``, counted for the caller's ``cluster``; raises
+        :class:`BadAccessReview` for a malformed one (nothing is counted or kept for it).
+        The policy is the gateway's, not a cluster's: one body has one answer whoever
+        asks, so the cache is shared too."""
         cache = self.cache
         key = cache.key(body)
         kept = cache.get(key)
         if kept is not None:
             api_version, kind, answer = kept
             self._hit()
-            self._count(api_version, kind)
+            self._count(api_version, kind, cluster)
             return answer
         review = parse_access_review(body)
         policy = self.source.policy
         if policy is None:
-            self._count(review.api_version, UNAVAILABLE)
+            self._count(review.api_version, UNAVAILABLE, cluster)
             return self._no_policy.bodies[review.api_version]
         try:
             decided = policy.decide(review)
         except Exception as exc:
             self._bug(exc)
-            self._count(review.api_version, UNAVAILABLE)
+            self._count(review.api_version, UNAVAILABLE, cluster)
             return self._failed.bodies[review.api_version]
         rendered = decided.bodies[review.api_version]
         cache.put(key, review.api_version, decided.kind, rendered)
-        self._count(review.api_version, decided.kind)
+        self._count(review.api_version, decided.kind, cluster)
         return rendered
 
     async def start(self) -> None:

@@ -9,6 +9,10 @@ once. The answer rules (docs/authorization.md): 200 for every decision, whatever
 policy's state; 400 naming the field for a body that is not a SubjectAccessReview; 413
 past ``server.max_body_bytes``; 401 for an unknown caller. Never a 5xx: kube-apiserver
 retries those with backoff, and then has no opinion anyway.
+
+Each decision is counted for the caller's cluster (``clusters:``, as the TokenReview
+endpoint counts reviews): the caller the edge identified, mapped by the same
+:class:`~authn_gateway.review.clusters.ClusterMap`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from authn_gateway.authorization.webhook import WHERE, AuthorizationWebhook
 from authn_gateway.config import ServerSettings
 from authn_gateway.edge.callerauth import CallerAuth
 from authn_gateway.observe.metrics import Metrics
+from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.serve.webhook_http import (
     Receive,
     Refusals,
@@ -25,6 +30,7 @@ from authn_gateway.serve.webhook_http import (
     RequestGate,
     Scope,
     Send,
+    caller_identity,
     send_json,
 )
 
@@ -47,9 +53,11 @@ class AuthorizeEndpoint:
         server: ServerSettings,
         callers: CallerAuth,
         metrics: Metrics,
+        clusters: ClusterMap,
     ) -> None:
         self.webhook = webhook
         self.callers = callers
+        self.cluster_of = clusters.of
         self.max_body = server.max_body_bytes
         self.refusals = Refusals(metrics, WHERE)
         self.gate = RequestGate(callers, self.max_body, self.refusals)
@@ -72,15 +80,15 @@ class AuthorizeEndpoint:
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes | Reply | None:
         body = await self.gate.read(scope, receive)
-        return self._decide(body) if isinstance(body, bytes) else body
+        return self._decide(scope, body) if isinstance(body, bytes) else body
 
     def _answer(self, scope: Scope, body: bytes) -> bytes | Reply:
         refusal = self.gate.whole(scope, body)
-        return refusal if refusal is not None else self._decide(body)
+        return refusal if refusal is not None else self._decide(scope, body)
 
-    def _decide(self, body: bytes) -> bytes | Reply:
+    def _decide(self, scope: Scope, body: bytes) -> bytes | Reply:
         try:
-            return self.webhook.answer(body)
+            return self.webhook.answer(body, self.cluster_of(caller_identity(scope)))
         except BadAccessReview as exc:
             return self.refusals.refused(400, str(exc))
         except Exception as exc:

@@ -36,7 +36,11 @@ class Generation:
         if gateway.authorization is not None and config.authorization is not None:
             self.authorize_path = config.authorization.path
             self.authorize = AuthorizeEndpoint(
-                gateway.authorization, config.server, self.review.callers, gateway.metrics
+                gateway.authorization,
+                config.server,
+                self.review.callers,
+                gateway.metrics,
+                gateway.clusters,
             )
         self.ops = ops_app(gateway, self.review.audit_log)
 

@@ -26,6 +26,8 @@ from tests.support.procs import GatewayProcess, metric_value, start_gateway
 ROLES = "alpha.kubernetes.io/identity/roles"
 PROJECT = "alpha.kubernetes.io/identity/project/name"
 CALLER = base64.b64encode(os.urandom(32)).decode()
+# A second kube-apiserver, of the cluster "staging"; CALLER is in no cluster (default).
+STAGING = base64.b64encode(os.urandom(32)).decode()
 
 MEMBER = {"username": "alice", "uid": "u-1", "groups": ["developers"],
           "extra": {ROLES: ["member"], PROJECT: ["demo"]}}  # fmt: skip
@@ -48,8 +50,10 @@ def write(path: Path, content: Any) -> None:
 
 def config(policy: Path, **authorization: Any) -> dict[str, Any]:
     return {
-        "server": {"caller_tokens": [{"name": "kube-apiserver", "token": CALLER}],
+        "server": {"caller_tokens": [{"name": "kube-apiserver", "token": CALLER},
+                                     {"name": "staging-apiserver", "token": STAGING}],
                    "max_body_bytes": 4096},
+        "clusters": [{"name": "staging", "caller_tokens": ["staging-apiserver"]}],
         "logging": {"level": "info"},
         "backends": [{"name": "static", "type": "static",
                       "tokens": [{"token": "t-" + CALLER, "username": "alice"}]}],
@@ -136,6 +140,28 @@ def test_a_body_past_the_bound_sent_in_chunks_is_refused_unread(gateway: Gateway
                           headers={"content-type": "application/json",
                                    "authorization": f"Bearer {CALLER}"})  # fmt: skip
     assert response.status_code == 413
+
+
+def test_decisions_are_counted_for_the_callers_cluster(gateway: GatewayProcess) -> None:
+    def decisions() -> dict[tuple[str, str], float]:
+        text = httpx.get(f"{gateway.url}/metrics", headers={"authorization": f"Bearer {CALLER}"},
+                         timeout=10).text  # fmt: skip
+        return {
+            (cluster, answer): metric_value(text, "authn_gateway_authorization_decisions_total",
+                                            cluster=cluster, answer=answer)
+            for cluster in ("staging", "default")
+            for answer in ("allowed", "no_opinion")
+        }  # fmt: skip
+
+    before = decisions()
+    for token, body in ((STAGING, sar_body(MEMBER)), (STAGING, sar_body(VIEWER)),
+                        (STAGING, sar_body(MEMBER)), (CALLER, sar_body(MEMBER))):  # fmt: skip
+        assert authorize(gateway.url, body, token).status_code == 200
+    after = decisions()
+    assert {k: after[k] - before[k] for k in after} == {
+        ("staging", "allowed"): 2, ("staging", "no_opinion"): 1,
+        ("default", "allowed"): 1, ("default", "no_opinion"): 0,
+    }  # fmt: skip
 
 
 def test_an_unknown_caller_learns_nothing(gateway: GatewayProcess) -> None:

@@ -125,5 +125,5 @@ def test_authorization_reviews_of_a_known_identity_cost_keystone_nothing(
         ("alice", "list", "default"),
     }
     metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
-    allowed_v1 = '{answer="allowed",api_version="authorization.k8s.io/v1"} 3.0'
+    allowed_v1 = '{answer="allowed",api_version="authorization.k8s.io/v1",cluster="default"} 3.0'
     assert f"authn_gateway_authorization_decisions_total{allowed_v1}" in metrics

@@ -102,9 +102,34 @@ def test_decisions_are_counted_by_answer_and_hits_apart(policy: Path) -> None:
         hook.answer(sar("get"))
     hook.answer(sar("delete"))
     decisions = "authn_gateway_authorization_decisions_total"
-    assert sample(metrics, decisions, api_version=V1, answer="allowed") == 3
-    assert sample(metrics, decisions, api_version=V1, answer="no_opinion") == 1
+    assert sample(metrics, decisions, api_version=V1, answer="allowed", cluster="default") == 3
+    assert sample(metrics, decisions, api_version=V1, answer="no_opinion", cluster="default") == 1
     assert sample(metrics, "authn_gateway_authorization_cache_hits_total") == 2
+
+
+def test_decisions_are_counted_for_the_callers_cluster_from_one_shared_cache(
+    policy: Path,
+) -> None:
+    metrics = Metrics()
+    hook = webhook(policy, metrics)
+    first = hook.answer(sar("get"), "staging")
+    # Another cluster asking the same is answered from the same entry: the policy is
+    # the gateway's, so the answer does not depend on who asks.
+    assert hook.answer(sar("get"), "prod") == first
+    hook.answer(sar("delete"), "prod")
+    decisions = "authn_gateway_authorization_decisions_total"
+    by = {
+        (cluster, answer): sample(metrics, decisions, api_version=V1, answer=answer,
+                                  cluster=cluster)
+        for cluster in ("staging", "prod", "default")
+        for answer in ("allowed", "no_opinion")
+    }  # fmt: skip
+    assert by == {
+        ("staging", "allowed"): 1, ("prod", "allowed"): 1, ("prod", "no_opinion"): 1,
+        ("staging", "no_opinion"): None, ("default", "allowed"): None,
+        ("default", "no_opinion"): None,
+    }  # fmt: skip
+    assert sample(metrics, "authn_gateway_authorization_cache_hits_total") == 1
 
 
 def test_a_malformed_review_is_refused_and_neither_counted_nor_kept(policy: Path) -> None:
@@ -194,7 +219,7 @@ def test_without_a_policy_the_answer_is_no_opinion_with_the_error(tmp_path: Path
     }
     assert len(hook.cache) == 0  # the next review after the fix is decided by it
     decisions = "authn_gateway_authorization_decisions_total"
-    assert sample(metrics, decisions, api_version=V1, answer="unavailable") == 1
+    assert sample(metrics, decisions, api_version=V1, answer="unavailable", cluster="default") == 1
     write(missing, MEMBERS_READ_PODS)
     assert hook.source.check() is True
     assert status(hook.answer(sar("get")))["allowed"] is True
