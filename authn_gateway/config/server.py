@@ -99,6 +99,15 @@ class ServerSettings(Strict):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"caller_tokens: name {name!r} is used twice")
+        # One token, one caller: two names for one secret would make the caller (and its
+        # cluster, clusters:) whichever entry is compared first.
+        secrets = [t.token.get_secret_value() for t in self.caller_tokens]
+        for i, secret in enumerate(secrets):
+            if secrets.index(secret) != i:
+                raise ValueError(
+                    f"caller_tokens[{i}].token: the same token as "
+                    f"caller_tokens[{secrets.index(secret)}]'s; each caller needs its own"
+                )
         if self.drain_idle_seconds >= self.graceful_shutdown_seconds:
             raise ValueError("drain_idle_seconds: must be below graceful_shutdown_seconds")
         if self.workers > 1 and self.ops is None:

@@ -235,3 +235,12 @@ async def test_a_clusters_storm_leaves_another_cluster_its_slots() -> None:
     assert isinstance(login.outcome, Authenticated), login
     refused = [a for a in answers if not isinstance(a.outcome, Authenticated)]
     assert refused and all("saturated" in a.outcome.reason for a in refused)
+
+
+def test_two_caller_tokens_with_one_secret_are_refused_without_echoing_it() -> None:
+    same = [{"name": "prod", "token": STRONG}, {"name": "ci", "token": STRONG}]
+    with pytest.raises(ConfigError) as refused:
+        parse_config(yaml.safe_dump(document([], server={"caller_tokens": same})), "gw.yaml")
+    (line,) = refused.value.problems
+    assert line.startswith("server: caller_tokens[1].token: the same token as caller_tokens[0]'s")
+    assert STRONG not in line
