@@ -68,6 +68,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, a relative one resolved from ``package``."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = package.split(".")
+    anchor = parts[: len(parts) - node.level + 1]
+    return ".".join([*anchor, base] if base else anchor)
+
+
 def imports_in(source: str, name: str, is_package: bool, modules: Collection[str]) -> set[str]:
     """The modules of ours that module ``name`` imports, with every import statement
     counted: at module level, in a function, under ``if TYPE_CHECKING:``. A knot that
@@ -80,11 +90,7 @@ def imports_in(source: str, name: str, is_package: bool, modules: Collection[str
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = parts[: len(parts) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = imported_from(node, package)
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
     return {m for m in found if m in modules}
@@ -288,14 +294,8 @@ def imports_of_its_own_package(source: str, name: str) -> list[int]:
     package = name.rpartition(".")[0]
     lines = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = parts[: len(parts) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            if base == package:
-                lines.append(node.lineno)
+        if isinstance(node, ast.ImportFrom) and imported_from(node, package) == package:
+            lines.append(node.lineno)
     return lines
 
 
