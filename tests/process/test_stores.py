@@ -21,6 +21,7 @@ from authn_gateway.layers.breaker.gate import BUSY, CallGate
 from authn_gateway.layers.bucket import BucketStore
 from authn_gateway.layers.bucket.fair import NEVER, FairShares, ShareState, fair_gcra
 from authn_gateway.layers.bucket.memory import borrowing_key, share_key
+from authn_gateway.layers.bucket.shares import SharedBucket
 from authn_gateway.layers.cache import CacheEntry, CacheStore
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.review.stores import BreakerSpec, MemoryStores, RedisStores
@@ -154,18 +155,26 @@ async def test_a_shared_bucket_keeps_a_clusters_share_while_another_storms(state
     """R = 30/s, B = 30: three shares of burst 10. a takes its own 10 and half of each
     idle share; b still finds the half of its own that a could not borrow."""
     store: BucketStore = state.bucket_store()
-    storm = [await store.take_fair("bucket:f", 1 / 30, 30, 0.0, SHARES, "a") for _ in range(40)]
+    storm = [
+        await store.take_fair(SharedBucket("bucket:f", 1 / 30, 30, SHARES), 0.0, "a")
+        for _ in range(40)
+    ]
     paid = [by for wait, by in storm if wait is not None]
     assert paid.count("a") == 10 and paid.count("b") == 5 and paid.count(DEFAULT_CLUSTER) == 5
-    own = [await store.take_fair("bucket:f", 1 / 30, 30, 0.0, SHARES, "b") for _ in range(5)]
+    own = [
+        await store.take_fair(SharedBucket("bucket:f", 1 / 30, 30, SHARES), 0.0, "b")
+        for _ in range(5)
+    ]
     assert [by for wait, by in own if wait is not None] == ["b"] * 5
 
 
 async def test_a_follow_up_call_is_paid_by_the_share_with_the_most_left(state: Any) -> None:
     store: BucketStore = state.bucket_store()
     for _ in range(10):  # a's share (10 calls) spent
-        assert (await store.take_fair("bucket:g", 1 / 30, 30, 0.0, SHARES, "a"))[1] == "a"
-    wait, paid_by = await store.take_fair("bucket:g", 1 / 30, 30, 0.0, SHARES, None)
+        assert (await store.take_fair(SharedBucket("bucket:g", 1 / 30, 30, SHARES), 0.0, "a"))[
+            1
+        ] == "a"
+    wait, paid_by = await store.take_fair(SharedBucket("bucket:g", 1 / 30, 30, SHARES), 0.0, None)
     assert wait is not None and paid_by in ("b", DEFAULT_CLUSTER)
 
 
@@ -215,7 +224,7 @@ async def test_the_script_decides_as_the_python_function(
         state, now, burst * interval, SHARES.intervals(interval), SHARES.weights, own, 0.0
     )
     got_wait, paid_by = await shared.bucket_store().take_fair(
-        key, interval, burst, 0.0, SHARES, None if own is None else SHARES.names[own]
+        SharedBucket(key, interval, burst, SHARES), 0.0, None if own is None else SHARES.names[own]
     )
     assert (got_wait is None) == (wait is None)
     if wait is not None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from authn_gateway.layers.bucket.fair import NEVER, ShareState, fair_gcra
 from authn_gateway.layers.bucket.gcra import TokenBucket
 from authn_gateway.layers.bucket.memory import MemoryBucketStore
-from authn_gateway.layers.bucket.shares import FairShares
+from authn_gateway.layers.bucket.shares import FairShares, SharedBucket
 from authn_gateway.layers.concurrency.fair import FairLine, Priority
 from authn_gateway.layers.concurrency.slots import ConcurrencyLimiter, Refusal, Slot
 from authn_gateway.layers.concurrency.vegas import VegasLimit, VegasSettings
@@ -199,7 +199,9 @@ def run_bucket(
     times = []
     for at, cluster in events:
         clock[0] = at
-        wait, _ = store.take_fair_now("bucket:x", 1 / rate, burst, 0.0, shares, cluster)
+        wait, _ = store.take_fair_now(
+            SharedBucket("bucket:x", 1 / rate, burst, shares), 0.0, cluster
+        )
         if wait is not None:
             allowed[cluster] += 1
             times.append(at)
@@ -247,7 +249,7 @@ def test_no_window_sees_more_than_the_bucket_allows(
     times = []
     for cluster, gap in offered:
         clock[0] += gap
-        wait, _ = store.take_fair_now("k", 1 / rate, burst, 0.0, SHARES, cluster)
+        wait, _ = store.take_fair_now(SharedBucket("k", 1 / rate, burst, SHARES), 0.0, cluster)
         if wait is not None:
             times.append(clock[0])
     for i, start in enumerate(times):

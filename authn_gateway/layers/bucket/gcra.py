@@ -13,10 +13,9 @@ Rates are parsed by :func:`backends.settings.per_second` (limits' notation).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from authn_gateway.layers.bucket.shares import FairShares
+from authn_gateway.layers.bucket.shares import FairShares, SharedBucket
 
 
 def gcra(
@@ -46,13 +45,7 @@ class BucketStore(Protocol):
         ...
 
     async def take_fair(
-        self,
-        key: str,
-        interval: float,
-        burst: int,
-        max_wait: float,
-        shares: FairShares,
-        cluster: str | None,
+        self, bucket: SharedBucket, max_wait: float, cluster: str | None
     ) -> tuple[float | None, str | None]:
         """One call of ``cluster`` (None: a follow-up call) from the bucket ``key``
         shared by weight (:mod:`.fair`): seconds to wait (None: refused), and the share
@@ -77,14 +70,13 @@ class TokenBucket:
         self.burst = burst
         self.store = store
         self.shares = shares
+        self.shared = SharedBucket(key, self.interval, burst, shares) if shares else None
 
     async def acquire(self, max_wait: float = 0.0) -> bool:
         """A call that no cluster asked for (a review's follow-up): from the share with
         the most left when the bucket is shared."""
-        if self.shares is not None:
-            wait, _ = await self.store.take_fair(
-                self.key, self.interval, self.burst, max_wait, self.shares, None
-            )
+        if self.shared is not None:
+            wait, _ = await self.store.take_fair(self.shared, max_wait, None)
         else:
             wait = await self.store.take(self.key, self.interval, self.burst, max_wait)
         return await _waited(wait)
@@ -92,15 +84,13 @@ class TokenBucket:
     async def acquire_for(self, cluster: str, max_wait: float = 0.0) -> tuple[bool, str | None]:
         """A review's first call, for ``cluster``: whether it may go, and the share that
         paid (its own, a lender's; None when refused, or with no shares)."""
-        shares = self.shares
-        if shares is None:
+        shared = self.shared
+        if shared is None:
             return await self.acquire(max_wait), None
         # A cluster with no share (default, when every caller is in another) is charged
         # as a follow-up is.
-        mine = cluster if shares.index(cluster) is not None else None
-        wait, paid_by = await self.store.take_fair(
-            self.key, self.interval, self.burst, max_wait, shares, mine
-        )
+        mine = cluster if shared.shares.index(cluster) is not None else None
+        wait, paid_by = await self.store.take_fair(shared, max_wait, mine)
         return await _waited(wait), paid_by
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from authn_gateway.layers.bucket.fair import NEVER, ShareState, fair_gcra
 from authn_gateway.layers.bucket.gcra import gcra
-from authn_gateway.layers.bucket.shares import FairShares
+from authn_gateway.layers.bucket.shares import SharedBucket
 
 
 def share_key(key: str, name: str) -> str:
@@ -37,19 +37,12 @@ class MemoryBucketStore:
         return self.take_now(key, interval, burst, max_wait)
 
     def take_fair_now(
-        self,
-        key: str,
-        interval: float,
-        burst: int,
-        max_wait: float,
-        shares: FairShares,
-        cluster: str | None,
-        scale: int = 1,
+        self, bucket: SharedBucket, max_wait: float, cluster: str | None, scale: int = 1
     ) -> tuple[float | None, str | None]:
         """:meth:`take_fair`, at once; ``scale``: each share at 1/scale of its rate,
         the same tolerance (a replica's part while Redis is down)."""
-        names = shares.names
-        keys = [share_key(key, name) for name in names]
+        shares = bucket.shares
+        keys = [share_key(bucket.key, name) for name in shares.names]
         tat, borrowing = self._tat, self._borrowing
         state = ShareState(
             [tat.get(k, 0.0) for k in keys],
@@ -58,31 +51,19 @@ class MemoryBucketStore:
         )
         own = None if cluster is None else shares.index(cluster)
         new, wait, charged = fair_gcra(
-            state,
-            self._clock(),
-            burst * interval,
-            shares.intervals(interval * scale),
-            shares.weights,
-            own,
-            max_wait,
+            state, self._clock(), bucket.tau, bucket.scaled(scale), shares.weights, own, max_wait
         )
         if own is not None:
             borrowing[keys[own]] = (new.passes[own], new.asked[own])
         if wait is None:
             return None, None
         tat[keys[charged]] = new.tats[charged]
-        return wait, names[charged]
+        return wait, shares.names[charged]
 
     async def take_fair(
-        self,
-        key: str,
-        interval: float,
-        burst: int,
-        max_wait: float,
-        shares: FairShares,
-        cluster: str | None,
+        self, bucket: SharedBucket, max_wait: float, cluster: str | None
     ) -> tuple[float | None, str | None]:
-        return self.take_fair_now(key, interval, burst, max_wait, shares, cluster)
+        return self.take_fair_now(bucket, max_wait, cluster)
 
     def empty(self, key: str, interval: float, burst: float, since: float | None = None) -> None:
         """Start ``key`` as a bucket that was empty at ``since`` (monotonic; default now)

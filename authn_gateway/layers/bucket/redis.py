@@ -22,7 +22,7 @@ from typing import Any
 
 from authn_gateway.fleet.redis_link import RedisDown, RedisLink, lua_script
 from authn_gateway.layers.bucket.memory import MemoryBucketStore, borrowing_key, share_key
-from authn_gateway.layers.bucket.shares import FairShares
+from authn_gateway.layers.bucket.shares import SharedBucket
 
 GCRA_TAKE = lua_script(__package__, "gcra_take.lua")
 FAIR_TAKE = lua_script(__package__, "fair_take.lua")
@@ -66,49 +66,41 @@ class RedisBucketStore:
         return await self._link.either("bucket_take", remote, local)
 
     async def take_fair(
-        self,
-        key: str,
-        interval: float,
-        burst: int,
-        max_wait: float,
-        shares: FairShares,
-        cluster: str | None,
+        self, bucket: SharedBucket, max_wait: float, cluster: str | None
     ) -> tuple[float | None, str | None]:
-        intervals = shares.intervals(interval)
-        link = self._link
-        keys = [link.key(share_key(key, name)) for name in shares.names]
-        keys += [link.key(borrowing_key(key, name)) for name in shares.names]
+        shares, link = bucket.shares, self._link
+        keys = [link.key(share_key(bucket.key, name)) for name in shares.names]
+        keys += [link.key(borrowing_key(bucket.key, name)) for name in shares.names]
         own = None if cluster is None else shares.index(cluster)
         args = [
-            repr(burst * interval),
+            repr(bucket.tau),
             repr(max_wait),
             -1 if own is None else own,
-            *map(repr, intervals),
+            *map(repr, bucket.intervals),
             *map(repr, shares.weights),
         ]
 
         async def remote(r: Any) -> tuple[float | None, str | None]:
-            seconds, charged = await self._link.script_on(r, FAIR_TAKE, keys, args)
+            seconds, charged = await link.script_on(r, FAIR_TAKE, keys, args)
             if float(seconds) < 0:
                 return None, None
             return float(seconds), shares.names[int(charged)]
 
         def local() -> tuple[float | None, str | None]:
-            n = self._share()
-            for name, share_interval in zip(shares.names, intervals, strict=True):
+            for name, interval in zip(shares.names, bucket.intervals, strict=True):
                 # Each share's 1/N, empty as of the switch, like the plain bucket's.
-                self._local_shape(share_key(key, name), share_interval, burst * interval)
+                self._local_shape(share_key(bucket.key, name), interval, bucket.tau)
             wait, charged = self._local.take_fair_now(
-                key, interval, burst, max_wait, shares, cluster, scale=n
+                bucket, max_wait, cluster, scale=self._share()
             )
             if charged is not None:
-                self._spent_locally[share_key(key, charged)] += 1
+                self._spent_locally[share_key(bucket.key, charged)] += 1
             return wait, charged
 
-        for name, share_interval in zip(shares.names, intervals, strict=True):
+        for name, interval in zip(shares.names, bucket.intervals, strict=True):
             # Back in shared mode each share is charged what it spent locally.
-            self._shapes[share_key(key, name)] = (share_interval, burst * interval / share_interval)
-        return await self._link.either("bucket_take", remote, local)
+            self._shapes[share_key(bucket.key, name)] = (interval, bucket.tau / interval)
+        return await link.either("bucket_take", remote, local)
 
     def _local_shape(self, key: str, interval: float, tau: float) -> tuple[float, float]:
         """The bucket's 1/N while Redis is down (its interval N times longer, its

@@ -1,4 +1,5 @@
-"""The clusters that share a backend's bucket, and their weights (:mod:`.fair`)."""
+"""The clusters that share a backend's bucket, their weights, and the bucket as a store
+takes from it (:mod:`.fair`)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,25 @@ class FairShares:
         """Each share's interval between calls: its rate is ``w/W`` of the bucket's."""
         total = sum(self.weights)
         return tuple(interval * total / w for w in self.weights)
+
+
+@dataclass(frozen=True)
+class SharedBucket:
+    """One bucket (a call every ``interval`` s, bursts of ``burst``), cut into shares:
+    what a store takes from. Each share's interval is computed once, here."""
+
+    key: str
+    interval: float
+    burst: int
+    shares: FairShares
+    #: The tolerance, B/R: every share's, too.
+    tau: float = field(init=False)
+    intervals: tuple[float, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tau", self.burst * self.interval)
+        object.__setattr__(self, "intervals", self.shares.intervals(self.interval))
+
+    def scaled(self, n: int) -> tuple[float, ...]:
+        """Each share's interval at 1/n of its rate (a replica's part, Redis down)."""
+        return self.intervals if n == 1 else tuple(i * n for i in self.intervals)
