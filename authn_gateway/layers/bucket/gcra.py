@@ -7,7 +7,7 @@ arrival time (TAT) of the next call. That number lives in a :class:`BucketStore`
 :class:`~.memory.MemoryBucketStore`, or an atomic Lua script
 (:class:`~.redis.RedisBucketStore`) for a fleet-wide budget.
 
-Rates are parsed by :func:`backends.settings.per_second` (limits' notation).
+Rates are parsed by :func:`backends.durations.per_second` (limits' notation).
 """
 
 from __future__ import annotations
