@@ -3,6 +3,7 @@ name the file and the field."""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -20,9 +21,27 @@ class ConfigError(Exception):
     """Invalid configuration. ``str()`` is one line per problem, never a secret value."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+        self.source = one_line(source)
+        self.problems = [one_line(p) for p in problems]
+        super().__init__("\n".join(f"{self.source}: {p}" for p in self.problems))
+
+
+def one_line(text: str) -> str:
+    """``text`` with what is not printable escaped: a key or tag from the file may hold a
+    line break (``\\n``, ``\\x1e``, ``\\u2028``), and a problem is one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+#: A key from the file shown as it is; any other is quoted (an empty or odd key, cut).
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _key(item: str) -> str:
+    return (
+        item if _PLAIN_KEY.fullmatch(item) else repr(item[:64]) + ("..." if len(item) > 64 else "")
+    )
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -37,7 +56,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
         # Discriminated unions add the type tag to the location; it is noise to a reader.
         if i > 0 and isinstance(loc[i - 1], int) and item in BACKEND_TYPES:
             continue
-        parts.append(str(item))
+        parts.append(_key(str(item)))
     return ".".join(parts)
 
 

@@ -159,3 +159,22 @@ def test_odd_but_well_formed_yaml_is_a_config_or_clean_lines(text: str) -> None:
     except ConfigError as err:
         assert all(p and "\n" not in p for p in err.problems), err.problems
         assert not any("unexpected" in p for p in err.problems), err.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # Found by the config fuzz: a key holding a line break made two lines of one.
+        ('"\\x1E": null\n', "'\\x1e': Extra inputs are not permitted"),
+        ('"a\\u2028b": null\n', "'a\\u2028b': Extra inputs are not permitted"),
+        ("? ''\n: null\n", "'': Extra inputs are not permitted"),
+        ('"' + "k" * 100 + '": 1\n', f"'{'k' * 64}'...: Extra inputs are not permitted"),
+    ],
+)
+def test_an_odd_key_is_quoted_and_stays_on_its_line(text: str, problem: str) -> None:
+    assert problems(MINIMAL + text) == [problem]
+
+
+def test_a_type_tag_with_a_line_break_stays_on_its_line() -> None:
+    [problem] = problems('backends:\n  - {name: x, type: "a\\nb"}\n')
+    assert "\n" not in problem and problem.startswith("backends[0]: "), problem
