@@ -28,7 +28,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from authn_gateway.config import RedisSettings
@@ -78,6 +78,18 @@ def make_client(settings: RedisSettings) -> Any:
     return redis.Redis.from_url(settings.url, **common)
 
 
+#: What a Redis call raises when Redis cannot answer it. redis-py's cluster client
+#: raises RedisClusterException (a node list no node of which answers, a slot no node
+#: covers), which is no RedisError: without it a cluster down at start-up stopped the
+#: gateway from starting, and one going down killed the recovery loop.
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    RedisError,
+    RedisClusterException,
+    OSError,
+    TimeoutError,
+)
+
+
 class RedisLink:
     def __init__(self, settings: RedisSettings, metrics: Metrics, client: Any = None) -> None:
         self.settings = settings
@@ -111,7 +123,7 @@ class RedisLink:
         try:
             async with asyncio.timeout(self._timeout):
                 result = await call(self.client)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             self._metrics.child(self._metrics.redis_errors, op).inc()
             self._slow_in_a_row += 1
             slow = isinstance(exc, TimeoutError | RedisTimeoutError)
@@ -165,7 +177,7 @@ class RedisLink:
     async def close(self) -> None:
         if self._recovery is not None:
             self._recovery.cancel()
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*REDIS_DOWN):
             await self.client.aclose()
 
     def _fall_back(self, op: str, exc: BaseException) -> None:
@@ -188,10 +200,10 @@ class RedisLink:
             try:
                 async with asyncio.timeout(self._timeout):
                     await self.client.ping()
-            except (RedisError, OSError, TimeoutError):
+            except REDIS_DOWN:
                 continue
             # Drop sockets that died with the old server before anyone borrows them.
-            with contextlib.suppress(RedisError, OSError, AttributeError):
+            with contextlib.suppress(*REDIS_DOWN, AttributeError):
                 await self.client.connection_pool.disconnect()
             self.shared = True
             self._slow_in_a_row = 0

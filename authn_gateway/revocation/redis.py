@@ -18,10 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from authn_gateway.config import RedisSettings
-from authn_gateway.fleet.redis_link import RedisDown, RedisLink, make_client
+from authn_gateway.fleet.redis_link import REDIS_DOWN, RedisDown, RedisLink, make_client
 from authn_gateway.revocation.bus import OPS, Event, Handler
 from authn_gateway.revocation.denylist import DenyEntry, parse_entries
 from authn_gateway.revocation.subject import BadSubject, Subject
@@ -139,7 +138,7 @@ class RedisBus:
         # Start after the newest event: what happened before this replica existed is
         # already in the shared state it reads (deny hash, purged shared cache).
         self._last_id = f"{int(time.time() * 1000)}-0"
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
+        with contextlib.suppress(*REDIS_DOWN):
             async with asyncio.timeout(1.0):
                 newest = await self._reader.xrevrange(self._key, count=1)
             self._last_id = _decode(newest[0][0]) if newest else "0-0"
@@ -151,7 +150,7 @@ class RedisBus:
         # shutdown that never ended, 1 in 5 runs of a test) ends it at its next turn.
         if self._task is not None and not await cancel_and_wait(self._task, STOP_PATIENCE):
             log.warning("revocations: the stream reader did not stop; left behind")
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*REDIS_DOWN):
             await self._reader.aclose()
 
     async def _read_forever(self) -> None:
@@ -161,7 +160,7 @@ class RedisBus:
                 batch = await self._reader.xread(
                     {self._key: self._last_id}, block=self._block_ms, count=100
                 )
-            except (RedisError, OSError, TimeoutError) as exc:
+            except REDIS_DOWN as exc:
                 if self._closing:
                     return
                 if not failing:
