@@ -141,6 +141,8 @@ async def _build_and_close(config: GatewayConfig, source: str) -> None:
         parent = Path(s.audit_log).parent
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise ConfigError(source, [f"server.audit_log: cannot write in {parent}"])
+        if Path(s.audit_log).is_dir():
+            raise ConfigError(source, ["server.audit_log: is a directory, not a file"])
     gateway = Gateway(config, source=source)
     await gateway.close()
     policy = gateway.authorization.source if gateway.authorization is not None else None

@@ -21,14 +21,14 @@ from backends.base import BackendConfigError, Rejected, Unavailable
 from backends.budget import BudgetedTransport, CallBudget, CallHeldBack
 from backends.durations import HOUR, count, finite
 from backends.retry_after import retry_after_seconds
-from backends.settings import Strict, TimeoutSettings
+from backends.settings import FilePath, Strict, TimeoutSettings
 from backends.transports import AnswerRefused, BoundedAnswers, ResendIfDropped, TimedOnTheWire
 from backends.wire import AiohttpWire
 
 
 class TLSClientSettings(Strict):
     # PEM bundle of the CAs that sign the IdP's certificate; system store when unset.
-    ca_file: Path | None = None
+    ca_file: FilePath | None = None
     # Turning verification off is for throwaway labs only; the gateway logs a warning.
     verify: bool = True
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -76,6 +77,29 @@ def _resolve_secret(value: Any) -> Any:
         raise ValueError(f"must not be empty ({where} is empty or only whitespace)")
     return resolved
 
+
+#: The longest file name and path Linux's open() takes (NAME_MAX, PATH_MAX).
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def usable_path(path: Path) -> Path:
+    """``path`` if open() can take it; else a ValueError saying why, never a traceback
+    later when the gateway opens it (a NUL is a ValueError there, a long name an OSError
+    at start-up)."""
+    text = str(path)
+    if not text or text == ".":
+        raise ValueError("must name a file")
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    if len(os.fsencode(text)) > PATH_MAX:
+        raise ValueError(f"longer than {PATH_MAX} bytes")
+    if any(len(os.fsencode(part)) > NAME_MAX for part in path.parts):
+        raise ValueError(f"has a name longer than {NAME_MAX} bytes")
+    return path
+
+
+#: A file the config names (read or written): a path open() can take.
+FilePath = Annotated[Path, AfterValidator(usable_path)]
 
 #: A secret given literally, as ``env:NAME`` or as ``file:/path``. Never printed.
 Secret = Annotated[SecretStr, BeforeValidator(_resolve_secret)]

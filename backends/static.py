@@ -18,7 +18,6 @@ import os
 import secrets
 from dataclasses import dataclass
 from hashlib import sha256
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -28,7 +27,7 @@ from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
 from backends.durations import Interval
 from backends.registry import register
-from backends.settings import BackendSettings, Secret, Strict
+from backends.settings import BackendSettings, FilePath, Secret, Strict
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class InlineToken(Strict):
 class StaticSettings(BackendSettings):
     type: Literal["static"]
     # A --token-auth-file CSV; reloaded when it changes.
-    file: Path | None = None
+    file: FilePath | None = None
     # Tokens written into the config itself (the embedded demo uses these).
     tokens: list[InlineToken] = Field(default_factory=list)
     reload_interval_seconds: Interval = 2.0

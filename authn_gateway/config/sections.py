@@ -3,14 +3,13 @@ logging, readiness, cache defaults, the inbound limit, admin, markers, the deny 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from authn_gateway.secret_strength import StrongSecret
 from backends.durations import AGE_MAX, HOUR, YEAR, Interval, Rate, count, finite
-from backends.settings import CacheSettings, Strict
+from backends.settings import CacheSettings, FilePath, Strict
 
 
 class LoggingSettings(Strict):
@@ -108,7 +107,7 @@ class DenyListSettings(Strict):
 
     # A JSON file written atomically, mode 0600. Unset and no Redis: memory only, and
     # a denial ends with the process (the admin answers say "stored_in": "memory").
-    file: Path | None = None
+    file: FilePath | None = None
     # How often each replica (or worker) reads the list again; changes made through
     # another replica's admin API arrive at once over Redis, and by then without it.
     sync_seconds: Interval = 1.0

@@ -6,22 +6,22 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from authn_gateway.secret_strength import StrongSecret
 from backends.durations import HOUR, Interval, Timeout, finite
-from backends.settings import Strict
+from backends.settings import FilePath, Strict, usable_path
 
 
 class TLSSettings(Strict):
     """HTTPS for the review port. The files are re-read when they change (cert-manager)."""
 
-    cert_file: Path
-    key_file: Path
+    cert_file: FilePath
+    key_file: FilePath
     # kube-apiserver speaks TLS 1.3; 1.2 stays allowed for older callers.
     min_version: Literal["1.2", "1.3"] = "1.2"
     # Mutual TLS: callers must present a certificate signed by this CA (PEM bundle).
-    client_ca_file: Path | None = None
+    client_ca_file: FilePath | None = None
     # How often the files' modification times are checked.
     reload_interval_seconds: Interval = 10.0
 
@@ -87,6 +87,13 @@ class ServerSettings(Strict):
     workers: int = Field(default=1, ge=1, le=64)
     # JSON-lines audit log of every decision: a file path, or "-" for stdout.
     audit_log: str | None = None
+
+    @field_validator("audit_log")
+    @classmethod
+    def _audit_log_is_a_file_name(cls, value: str | None) -> str | None:
+        if value is not None and value != "-":
+            usable_path(Path(value))
+        return value
 
     @model_validator(mode="after")
     def _check_server(self) -> ServerSettings:

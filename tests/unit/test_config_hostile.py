@@ -178,3 +178,30 @@ def test_an_odd_key_is_quoted_and_stays_on_its_line(text: str, problem: str) -> 
 def test_a_type_tag_with_a_line_break_stays_on_its_line() -> None:
     [problem] = problems('backends:\n  - {name: x, type: "a\\nb"}\n')
     assert "\n" not in problem and problem.startswith("backends[0]: "), problem
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        # Found by the config fuzz: check-config said ok, serve's start-up raised.
+        ("server.audit_log", "9" * 4301, "longer than 4095 bytes"),
+        ("server.audit_log", "/tmp/" + "n" * 256, "has a name longer than 255 bytes"),
+        ("server.audit_log", "a\x00b", "must not contain a NUL character"),
+        ("server.audit_log", "", "must name a file"),
+        ("deny_list.file", "d\x00", "must not contain a NUL character"),
+        ("server.tls.cert_file", "c\x00", "must not contain a NUL character"),
+    ],
+)
+def test_a_file_name_open_cannot_take_is_one_line_naming_the_field(
+    field: str, value: str, message: str
+) -> None:
+    import yaml
+
+    section, *rest = field.split(".")
+    doc: dict[str, object] = yaml.safe_load(MINIMAL)
+    node: dict[str, object] = doc.setdefault(section, {})  # type: ignore[assignment]
+    if rest[0] == "tls":
+        node["tls"] = node = {"cert_file": "/c.pem", "key_file": "/k.pem"}
+        rest = rest[1:]
+    node[rest[0]] = value
+    assert problems(yaml.safe_dump(doc)) == [f"{field}: {message}"]
