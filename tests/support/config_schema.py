@@ -39,7 +39,7 @@ BACKENDS: dict[str, dict[str, Any]] = {
     "jwt": {
         "type": "jwt",
         "name": "oidc",
-        "issuer": {"url": "https://issuer.example", "audiences": ["gw"]},
+        "issuer": {"url": "https://127.0.0.1:9", "audiences": ["gw"]},
         "claimMappings": {"username": {"claim": "sub", "prefix": ""}},
     },
     "introspection": {
@@ -160,12 +160,20 @@ def document(spot: Spot, value: Any) -> dict[str, Any]:
     """A valid config (but for ``value``) with ``value`` at ``spot``: the spot's backend
     type, and every section on the way filled with the fewest keys it takes."""
     doc: dict[str, Any] = {"backends": [copy.deepcopy(BACKENDS[spot.backend or "static"])]}
-    doc.update(copy.deepcopy(BESIDE.get(str(spot.path[0]), {})))
+    place(doc, spot, value)
+    return doc
+
+
+def place(doc: dict[str, Any], spot: Spot, value: Any, backend: int = 0) -> None:
+    """Set ``value`` at ``spot`` in ``doc`` (a backend spot in ``doc["backends"][backend]``,
+    which must be of the spot's type), filling each section on the way that is missing."""
+    for name, beside in BESIDE.get(str(spot.path[0]), {}).items():
+        doc.setdefault(name, copy.deepcopy(beside))
     node: Any = doc
     cls: type[BaseModel] = GatewayConfig
     path = spot.path
     if spot.backend is not None:
-        node, path = doc["backends"][0], path[2:]
+        node, path = doc["backends"][backend], path[2:]
         cls = next(c for c in settings_types() if _type_of(c) == spot.backend)
     for i, key in enumerate(path):
         last = i == len(path) - 1
@@ -177,7 +185,9 @@ def document(spot: Spot, value: Any) -> dict[str, Any]:
             break
         model, listed = _submodels(field.annotation)[0]
         if listed:
-            items = node.get(key) or [_section(model.__name__)]
+            items = node.get(key)
+            if not isinstance(items, list) or not items or not isinstance(items[0], dict):
+                items = [_section(model.__name__)]
             node[key] = items
             node = items[0]
         else:
@@ -185,7 +195,6 @@ def document(spot: Spot, value: Any) -> dict[str, Any]:
                 node[key] = _section(model.__name__)
             node = node[key]
         cls = model
-    return doc
 
 
 def literal_values(annotation: Any) -> tuple[Any, ...]:

@@ -12,7 +12,6 @@ import httpx
 from tests.support.procs import GatewayProcess, metric_value
 
 REFUSED = "config reload refused"
-APPLIED = "config reloaded from"
 
 
 @dataclass(frozen=True)
@@ -23,17 +22,20 @@ class Reload:
 
 
 def reload_with(gw: GatewayProcess, text: str, timeout: float = 20.0) -> Reload:
-    """Write ``text`` as ``gw``'s config, SIGHUP it, and wait for its verdict."""
+    """Write ``text`` as ``gw``'s config, SIGHUP it, and wait for its verdict: the
+    reload counters (a config may set logging.level past the info line of an applied
+    reload), then, for a refusal, its line."""
     before = gw.logs()
+    counts = reloads(gw, "applied"), reloads(gw, "refused")
     gw.config_path.write_text(text)
     gw.proc.send_signal(signal.SIGHUP)
     deadline = time.monotonic() + timeout
     while True:
+        now = reloads(gw, "applied"), reloads(gw, "refused")
         logs = gw.logs()[len(before) :]
-        if REFUSED in logs or APPLIED in logs:
-            # The line is written a little after the swap; let the rest arrive.
-            time.sleep(0.1)
-            return Reload(APPLIED in logs, gw.logs()[len(before) :])
+        if now[0] > counts[0] or (now[1] > counts[1] and REFUSED in logs):
+            assert now[0] + now[1] == counts[0] + counts[1] + 1, (counts, now)
+            return Reload(now[0] > counts[0], logs)
         assert gw.proc.poll() is None, f"the gateway exited:\n{gw.logs()}"
         assert time.monotonic() < deadline, f"no reload verdict in:\n{logs}"
         time.sleep(0.05)
