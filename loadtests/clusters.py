@@ -436,24 +436,12 @@ def table(runs: list[dict[str, Any]]) -> str:
     for n in CLUSTERS:
         add(
             f"{n}: calls the gateway shed, by reason",
-            lambda f, n=n: (
-                ", ".join(
-                    f"{why} {count}"
-                    for why, count in f["clusters"][n]["gateway_shed_by_reason"].items()
-                )
-                or "-"
-            ),
+            lambda f, n=n: _counted(f, n, "gateway_shed_by_reason"),
         )
     for n in ("b", "c"):
         add(
             f"{n}: logins not served, by reason",
-            lambda f, n=n: (
-                ", ".join(
-                    f"{why} {count}"
-                    for why, count in f["clusters"][n]["logins_not_served_by_reason"].items()
-                )
-                or "-"
-            ),
+            lambda f, n=n: _counted(f, n, "logins_not_served_by_reason"),
         )
     add("bucket allows in a second", lambda f: f["bucket_allows_in_a_second"])
     for i, (label, _) in enumerate(checks(runs[0])):
@@ -463,6 +451,11 @@ def table(runs: list[dict[str, Any]]) -> str:
         "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |"
         for row in rows
     )
+
+
+def _counted(f: dict[str, Any], cluster: str, figure: str) -> str:
+    """``why count, why count`` of one cluster's counts by reason, or ``-``."""
+    return ", ".join(f"{why} {n}" for why, n in f["clusters"][cluster][figure].items()) or "-"
 
 
 def _fmt(v: Any) -> str:

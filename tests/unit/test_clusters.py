@@ -13,9 +13,10 @@ import yaml
 from authn_gateway.config import ConfigError, parse_config
 from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.serve.gateway import Gateway
-from backends.base import Authenticated, Backend, Outcome, Rejected, UserInfo
-from backends.context import DEFAULT_CLUSTER, WireTime
+from backends.base import Authenticated, Rejected, UserInfo
+from backends.context import DEFAULT_CLUSTER
 from tests.support.config_helpers import STRONG
+from tests.support.scripted import Scripted
 
 TOKENS = [{"name": n, "token": f"{STRONG}-{n}"} for n in ("prod", "ci", "spare")]
 
@@ -167,22 +168,10 @@ def test_each_caller_is_its_cluster_and_anyone_else_is_default() -> None:
     assert ClusterMap((), config.server).shares() is None  # no clusters: the bucket as it was
 
 
-class Scripted(Backend):
-    def __init__(self, name: str, delay: float = 0.0) -> None:
-        super().__init__(name)
-        self.delay = delay
-        self.seen: list[str] = []
-
-    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
-        self.seen.append(token)
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return Authenticated(UserInfo(token.removeprefix("glpat-")))
-
-
 def gateway(clusters: list[dict[str, Any]], delay: float = 0.0, **idp: Any) -> Gateway:
     config = parse_config(yaml.safe_dump(document(clusters, idp)), "gw.yaml")
-    return Gateway(config, backends=[Scripted("idp", delay), Scripted("gl")])
+    known = Authenticated(UserInfo("someone"))
+    return Gateway(config, backends=[Scripted("idp", known, delay), Scripted("gl", known)])
 
 
 async def test_a_cluster_that_may_not_use_a_backend_is_refused_without_a_call() -> None:

@@ -26,24 +26,7 @@ from backends.base import (
     UserInfo,
 )
 from backends.context import DEFAULT_CLUSTER, WireTime
-
-
-class Scripted(Backend):
-    """Answers from a script; counts calls and the tokens it saw."""
-
-    kind = "scripted"
-
-    def __init__(self, name: str, answer: Outcome, delay: float = 0.0) -> None:
-        super().__init__(name)
-        self.answer = answer
-        self.delay = delay
-        self.seen: list[str] = []
-
-    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
-        self.seen.append(token)
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return self.answer
+from tests.support.scripted import Scripted
 
 
 def gateway(backends: list[dict[str, Any]], scripted: dict[str, Scripted], **top: Any) -> Gateway:
