@@ -7,6 +7,9 @@ following kube's REST API for the calls ``kubectl logs`` makes); the runbook's o
 command line, taken from docs/operations.md, runs through bash with the real
 ``kubectl`` and ``grep``. A user denied through the real ``authn-gateway admin`` CLI is
 named in the review line, the audit line and the admin log line.
+
+AuthnGatewayClusterDominatesIdP's log search counts one cluster's answers, users and
+kube-apiservers across two replicas that serve two clusters by caller token.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import yaml
@@ -224,3 +229,80 @@ def test_every_kubectl_command_on_the_gateways_objects_names_its_namespace(doc: 
     on_gateway = [c for c in commands if GATEWAY_OBJECTS.search(c)]
     missing = [c for c in on_gateway if not re.search(r"(-n|--namespace)[ =]authn-gateway", c)]
     assert missing == [], f"{doc}: kubectl commands without -n authn-gateway: {missing}"
+
+
+def cluster_command() -> str:
+    """AuthnGatewayClusterDominatesIdP's log search, continuations joined."""
+    text = OPERATIONS.read_text()
+    section = text[text.index("### AuthnGatewayClusterDominatesIdP") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    command = block.replace("\\\n", " ").strip()
+    assert command.startswith("kubectl ") and '"cluster":"ci"' in command, command
+    return command
+
+
+CALLER_TOKENS = {name: base64.b64encode(os.urandom(32)).decode() for name in ("ci", "prod")}
+
+CI_BOT = "ci-bot-" + base64.urlsafe_b64encode(os.urandom(18)).decode()
+
+
+def cluster_config() -> dict[str, Any]:
+    return {
+        "server": {
+            "ops": {"port": free_port()},
+            "caller_tokens": [
+                {"name": f"{name}-apiserver", "token": token}
+                for name, token in CALLER_TOKENS.items()
+            ],
+        },
+        "logging": {"format": "json", "level": "info"},
+        "clusters": [
+            {"name": name, "caller_tokens": [f"{name}-apiserver"]} for name in CALLER_TOKENS
+        ],
+        "backends": [
+            {"name": "corp", "type": "static", "tokens": [
+                {"token": CI_BOT, "username": "ci-bot", "groups": ["ci"]},
+                {"token": ALICE, "username": "alice", "groups": ["dev"]},
+            ]},
+        ],
+    }  # fmt: skip
+
+
+def test_the_cluster_runbooks_log_search_counts_one_clusters_answers(tmp_path: Path) -> None:
+    pods = [start_gateway(cluster_config(), tmp_path, name=f"pod{i}") for i in range(2)]
+    try:
+        # ci's kube-apiserver sends a flood of invalid tokens and a few of ci-bot's, on
+        # both replicas; prod's sends alice's, which must not be counted.
+        sent = [(0, "ci", CI_BOT), (1, "ci", CI_BOT), (1, "prod", ALICE), (0, "prod", ALICE)]
+        sent += [(i % 2, "ci", f"junk-{i}") for i in range(5)]
+        for pod, caller, token in sent:
+            response = httpx.post(
+                f"{pods[pod].url}/authenticate",
+                json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                      "spec": {"token": token}},
+                headers={"Authorization": f"Bearer {CALLER_TOKENS[caller]}"},
+                timeout=10,
+            )  # fmt: skip
+            assert response.status_code == 200, response.text
+        for pod, count in ((pods[0], 5), (pods[1], 4)):
+            wait = time.monotonic() + 10
+            while pod.logs().count('"msg":"review"') < count and time.monotonic() < wait:
+                time.sleep(0.05)
+        with kube_api(pods) as api:
+            found = run(cluster_command(), api, tmp_path)
+    finally:
+        for pod in pods:
+            pod.stop()
+    assert found.returncode == 0, found.stderr
+    counted = {
+        key: int(count)
+        for count, key in (line.split(None, 1) for line in found.stdout.splitlines())
+    }
+    assert counted == {
+        '"answer":"rejected"': 5,
+        '"answer":"authenticated"': 2,
+        '"user":"ci-bot"': 2,
+        '"caller":"token:ci-apiserver"': 7,
+    }, found.stdout
+    # Sorted by count, most first.
+    assert found.stdout.splitlines()[0].split(None, 1) == ["7", '"caller":"token:ci-apiserver"']
