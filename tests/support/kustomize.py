@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 DEPLOY = ROOT / "deploy"
 
 #: Every kustomization deploy/ ships, as the docs tell an operator to apply it.
-OVERLAYS = ("base", "overlays/redis", "overlays/redis-sentinel", "policy")
+OVERLAYS = ("base", "overlays/redis", "overlays/redis-sentinel", "overlays/two-clusters", "policy")
 #: The gateway's own overlays (the ones that run the Deployment and its config).
-GATEWAY_OVERLAYS = ("base", "overlays/redis", "overlays/redis-sentinel")
+GATEWAY_OVERLAYS = ("base", "overlays/redis", "overlays/redis-sentinel", "overlays/two-clusters")
 
 Doc = dict[str, Any]
 

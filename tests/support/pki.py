@@ -74,9 +74,16 @@ def make_ca(cn: str) -> Issued:
 
 
 def issue(
-    ca: Issued, cn: str, *, server: bool, serial: int | None = None, ip: str = "127.0.0.1"
+    ca: Issued,
+    cn: str,
+    *,
+    server: bool,
+    serial: int | None = None,
+    ip: str = "127.0.0.1",
+    dns: tuple[str, ...] = (),
 ) -> Issued:
-    """A certificate ``ca`` signed: for a server (localhost and ``ip``) or a client."""
+    """A certificate ``ca`` signed: for a server (localhost, ``dns`` and ``ip``) or a
+    client."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -98,7 +105,10 @@ def issue(
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(ip))]
+                [
+                    *(x509.DNSName(name) for name in ("localhost", *dns)),
+                    x509.IPAddress(ipaddress.ip_address(ip)),
+                ]
             ),
             critical=False,
         )

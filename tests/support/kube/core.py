@@ -3,7 +3,8 @@
 Source: kubernetes/kubernetes pkg/apis/core/validation/validation.go: ValidateNamespace,
 ValidateServiceAccount, ValidateConfigMap, ValidateSecret (MaxSecretSize, the
 kubernetes.io/tls keys), ValidateService, validateServicePort,
-ValidateServiceClusterIPsRelatedFields; after pkg/apis/core/v1/defaults.go
+ValidateServiceClusterIPsRelatedFields, validateServiceExternalTrafficPolicy (the
+load balancer's source ranges, in ValidateService); after pkg/apis/core/v1/defaults.go
 (SetDefaults_Service: type ClusterIP, sessionAffinity None, port protocol TCP,
 targetPort = port). The ClusterIP allocator's range check is not validation but
 registry code: pkg/registry/core/service/ipallocator/bitmap.go (Allocate refuses "the
@@ -173,6 +174,41 @@ def validate_service(svc: dict[str, Any]) -> Errors:
         errs.append(
             f"spec.internalTrafficPolicy: Unsupported value: {spec.get('internalTrafficPolicy')!r}"
         )
+    return errs + _external_fields(spec, kind)
+
+
+def _external_fields(spec: dict[str, Any], kind: str) -> Errors:
+    """validateServiceExternalTrafficPolicy (after SetDefaults_Service, which sets
+    Cluster on a NodePort or LoadBalancer Service), and ValidateService's
+    loadBalancerSourceRanges block (IsValidCIDR on each, space-padding allowed)."""
+    errs: Errors = []
+    externally_accessible = kind in ("NodePort", "LoadBalancer") or bool(spec.get("externalIPs"))
+    policy = spec.get("externalTrafficPolicy")
+    if not externally_accessible:
+        if policy:
+            errs.append(
+                f"spec.externalTrafficPolicy: Invalid value: {policy!r}: may only be set for "
+                "externally-accessible services"
+            )
+    elif (policy or "Cluster") not in ("Cluster", "Local"):
+        errs.append(
+            f"spec.externalTrafficPolicy: Unsupported value: {policy!r}: supported values: "
+            '"Cluster", "Local"'
+        )
+    ranges = spec.get("loadBalancerSourceRanges") or []
+    if ranges and kind != "LoadBalancer":
+        errs.append(
+            "spec.loadBalancerSourceRanges: Forbidden: may only be used when `type` is "
+            "'LoadBalancer'"
+        )
+    for i, value in enumerate(ranges):
+        try:
+            ipaddress.ip_network(str(value).strip(), strict=False)
+        except ValueError:
+            errs.append(
+                f"spec.loadBalancerSourceRanges[{i}]: Invalid value: {value!r}: must be a valid "
+                "CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+            )
     return errs
 
 
