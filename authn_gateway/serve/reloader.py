@@ -57,6 +57,16 @@ class Reloader:
                 "config reload: server.%s changed; that takes effect on restart only",
                 ", server.".join(changed),
             )
+        if running.tls is not None and bool(new.server.caller_tokens) != bool(
+            running.caller_tokens
+        ):
+            # The handshake asks for a certificate by the tokens at start (run()): a
+            # caller with a token only cannot connect until then.
+            log.warning(
+                "config reload: server.caller_tokens %s; whether a caller may connect "
+                "without a client certificate changes on restart only",
+                "added" if new.server.caller_tokens else "removed",
+            )
         kept = new.server.model_copy(update={f: getattr(running, f) for f in RESTART_ONLY})
         return new.model_copy(update={"server": kept})
 

@@ -5,13 +5,15 @@ process tier sends the signal (tests/process/test_config_reload.py)."""
 
 from __future__ import annotations
 
+import base64
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from authn_gateway.config import load_config
+from authn_gateway.config import GatewayConfig, load_config
 from authn_gateway.serve import reloader as reloader_module
 from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
@@ -127,3 +129,41 @@ async def test_a_generation_that_fails_to_start_is_refused_and_closed(
     assert await verdict_of(reloader, "t") == "Authenticated"
     assert reloads(reloader, "refused") == 1
     assert reloads(reloader, "applied") == 0
+
+
+def test_the_first_caller_token_on_a_tls_port_warns_that_it_needs_a_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # With mutual TLS, the handshake requires a certificate unless caller tokens were
+    # configured at start: a reload that adds the first one cannot let a token-only
+    # kube-apiserver connect (tried, issue 37), so it says so.
+    tls = {"cert_file": "/tls/a.crt", "key_file": "/tls/a.key", "client_ca_file": "/tls/ca.crt"}
+    backends = [{"name": "s", "type": "static", "tokens": [{"token": "t", "username": "u"}]}]
+    token = {"name": "dev-apiserver", "token": base64.b64encode(os.urandom(32)).decode()}
+
+    def config(**server: object) -> GatewayConfig:
+        return GatewayConfig.model_validate({"server": server, "backends": backends})
+
+    def warnings(before: GatewayConfig, after: GatewayConfig) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            Reloader(None, None, before)._keep_listeners(after)  # type: ignore[arg-type]
+        return [r.getMessage() for r in caplog.records if "caller_tokens" in r.getMessage()]
+
+    with_tls, plain = config(tls=tls), config()
+    [added] = warnings(with_tls, config(tls=tls, caller_tokens=[token]))
+    assert added == (
+        "config reload: server.caller_tokens added; whether a caller may connect without a "
+        "client certificate changes on restart only"
+    )
+    assert token["token"] not in added
+    assert warnings(config(tls=tls, caller_tokens=[token]), with_tls)  # removed
+    # Another token beside the first, or tokens on a plain port: nothing to say.
+    other = {"name": "ci-apiserver", "token": base64.b64encode(os.urandom(32)).decode()}
+    assert (
+        warnings(
+            config(tls=tls, caller_tokens=[token]), config(tls=tls, caller_tokens=[token, other])
+        )
+        == []
+    )
+    assert warnings(plain, config(caller_tokens=[token])) == []
