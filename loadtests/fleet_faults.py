@@ -121,7 +121,7 @@ async def one_run(
     burst = await open_loop(fleet.urls, 450, 300 / 450, cold(f"{fault}-burst"))
     await asyncio.sleep(0.5)
     arrivals = idp.stats().arrivals
-    texts = [Fleet.metrics(gw) for gw in fleet.replicas]
+    texts = [fleet.metrics(gw) for gw in fleet.replicas]
     merged = "\n".join(texts)
     return {
         "idp": type(idp).__name__,

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         "logging": {"reviews": False},
         "server": {
             "max_connections": 2 * n + 10,
-            "header_timeout_seconds": 600,
+            "header_timeout_seconds": 300,  # the most a Timeout takes: past the run
             "max_header_bytes": args.max_header_bytes,
         },
         "backends": [STATIC],
