@@ -68,7 +68,7 @@ class Fake:
     def control_call(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         """GET a /_fake/stats path, POST anything else (faults, reset)."""
         url = f"http://127.0.0.1:{self.control}{path}"
-        if path.endswith("/stats"):
+        if path.partition("?")[0].endswith("/stats"):
             return dict(httpx.get(url, timeout=5).json())
         return dict(httpx.post(url, json=body or {}, timeout=5).json())
 

@@ -36,7 +36,9 @@ capacity mode the queue (length, wait p50/p99), the served, expired and wasted c
 It also counts them by *tag*: the text after the last ``@`` of the bearer token
 (``good-alice~@prod`` is tagged ``prod``; a token without ``@`` is tagged ``""``), so
 a load test can read the IdP's own figures per cluster (``by_tag``: calls, answers by
-status, queue-wait p50/p99 and calls per wall-clock second).
+status, queue-wait p50/p99 and calls per wall-clock second). ``GET
+/_fake/stats?since=T`` gives each tag's queue-wait quantiles of the waits that ended
+after wall-clock time T only (a run's steady state, past its start-up round).
 
 HTTP/1.1 is parsed by h11, with keep-alive, so the gateway's pooled client sees a
 real server. Run standalone with ``python -m tests.support.fakes.idp --port N``.
@@ -153,13 +155,16 @@ class TagStats:
 
     calls: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
-    # Seconds each call waited for service (capacity mode), the most recent 20,000.
+    # Seconds each call waited for service (capacity mode), the most recent 20,000, and
+    # the wall-clock time each wait ended (same order).
     queue_waits: list[float] = field(default_factory=list)
+    wait_ends: list[float] = field(default_factory=list)
     # Calls received per wall-clock second.
     per_second: dict[int, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        waits = sorted(self.queue_waits)
+    def as_dict(self, since: float | None = None) -> dict[str, Any]:
+        pairs = zip(self.wait_ends, self.queue_waits, strict=True)
+        waits = sorted(w for ended, w in pairs if since is None or ended > since)
 
         def quantile(q: float) -> float | None:
             return 1000 * waits[min(len(waits) - 1, int(q * len(waits)))] if waits else None
@@ -407,9 +412,11 @@ class FakeIdP:
             st.queued = q.queued
             st.queue_waits.append(self.faults.max_queue_wait if waited is None else waited)
             st.queue_wait_ends.append(time.time())
-            tag_waits = st.tag(tag).queue_waits
-            tag_waits.append(st.queue_waits[-1])
-            del tag_waits[:-20_000]
+            tagged = st.tag(tag)
+            tagged.queue_waits.append(st.queue_waits[-1])
+            tagged.wait_ends.append(st.queue_wait_ends[-1])
+            del tagged.queue_waits[:-20_000]
+            del tagged.wait_ends[:-20_000]
             del st.queue_waits[:-20_000]
             del st.queue_wait_ends[:-20_000]
             if waited is None:
@@ -508,6 +515,7 @@ class FakeIdP:
                         t,
                         by_status=dict(t.by_status),
                         queue_waits=list(t.queue_waits),
+                        wait_ends=list(t.wait_ends),
                         per_second=dict(t.per_second),
                     )
                     for name, t in s.by_tag.items()
@@ -535,10 +543,16 @@ class FakeIdP:
     async def _control_answer(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
-        if method == "GET" and target == "/_fake/stats":
+        if method == "GET" and target.partition("?")[0] == "/_fake/stats":
+            query = target.partition("?")[2]
+            since = float(query.removeprefix("since=")) if query.startswith("since=") else None
             # Sampled every 0.5 s during load: no copies of the raw lists.
             with self._lock:
                 summary = self._stats.as_dict()
+                if since is not None:
+                    summary["by_tag"] = {
+                        name: tag.as_dict(since) for name, tag in self._stats.by_tag.items()
+                    }
             return _json(200, summary)
         if method == "POST" and target == "/_fake/faults":
             try:
