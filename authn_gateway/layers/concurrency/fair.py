@@ -33,9 +33,10 @@ from typing import Generic, TypeVar
 W = TypeVar("W")
 
 #: How many of its own turns a cluster back from idle may take ahead of the others'
-#: backlog. Measured: with none, a cluster at 0.2 x an IdP's capacity (its share 1/3)
-#: had 3-4 % of its logins refused as its own line filled in a Poisson burst while
-#: another cluster stormed (loadtests/clusters.py); two turns let those through.
+#: backlog. With none (and one round ahead for every cluster), a cluster at 0.2 x an
+#: IdP's capacity (its share 1/3) had 3-4 % of its logins refused as its line filled
+#: in a Poisson burst while another cluster stormed (loadtests/clusters.py); with two
+#: turns and two rounds for a cluster that is not the longest line (slots.py), 1-2 %.
 BANKED_TURNS = 2.0
 
 
