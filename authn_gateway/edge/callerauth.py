@@ -16,6 +16,8 @@ from authn_gateway.config import ServerSettings
 #: Scope keys set by the HTTP protocol (see :mod:`authn_gateway.serve.server`).
 CALLER_KEY = "authn_gateway.caller"
 CERT_NAMES_KEY = "authn_gateway.cert_names"
+#: How a caller token's caller is named (review/clusters.py maps it to its cluster).
+TOKEN_CALLER = "token:"
 
 
 class CallerAuth:
@@ -36,19 +38,22 @@ class CallerAuth:
     def identify(self, cert_names: Sequence[str], authorization: bytes | None) -> str | None:
         """The caller's identity, or None when it has neither an allowed certificate nor a
         valid token. The certificate names were verified by the handshake."""
-        if cert_names:
-            for name in cert_names:
+        # A certificate name that reads like a caller token's identity ("token:prod")
+        # would be that caller to the inbound limit and to clusters: never one.
+        names = [n for n in cert_names if not n.startswith(TOKEN_CALLER)]
+        if names:
+            for name in names:
                 if name in self.prefer:
                     return name
             if not self.allowed_subjects:
-                return cert_names[0]
-            for name in cert_names:
+                return names[0]
+            for name in names:
                 if name in self.allowed_subjects:
                     return name
         if authorization is not None and self.tokens:
             owner = self._token_owner(authorization)
             if owner is not None:
-                return f"token:{owner}"
+                return TOKEN_CALLER + owner
         return None
 
     def _token_owner(self, authorization: bytes) -> str | None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from authn_gateway.config import ConfigError, parse_config
+from authn_gateway.config import ConfigError, TLSSettings, parse_config
+from authn_gateway.edge.callerauth import CallerAuth
 from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.serve.gateway import Gateway
 from backends.base import Authenticated, Rejected, UserInfo
@@ -233,3 +234,18 @@ def test_two_caller_tokens_with_one_secret_are_refused_without_echoing_it() -> N
     (line,) = refused.value.problems
     assert line.startswith("server: caller_tokens[1].token: the same token as caller_tokens[0]'s")
     assert STRONG not in line
+
+
+def test_a_certificate_named_like_a_caller_token_is_never_that_caller() -> None:
+    """A client certificate with the name "token:prod" (any the CA signed, when
+    allowed_subjects is empty) must not pass for the caller token prod, nor for its
+    cluster."""
+    config = parse_config(
+        yaml.safe_dump(document([{"name": "prod", "caller_tokens": ["prod"]}])), "gw.yaml"
+    )
+    tls = {"cert_file": "/x.pem", "key_file": "/x.key", "client_ca_file": "/ca.pem"}
+    server = config.server.model_copy(update={"tls": TLSSettings.model_construct(**tls)})
+    auth = CallerAuth(server, prefer=ClusterMap(config.clusters, server).subjects)
+    assert auth.identify(("token:prod",), None) is None
+    assert auth.identify(("token:prod", "apiserver-1"), None) == "apiserver-1"
+    assert ClusterMap(config.clusters, server).of("apiserver-1") == DEFAULT_CLUSTER
