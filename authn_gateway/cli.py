@@ -18,6 +18,7 @@ from authn_gateway.config.loading import UNEXPECTED
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.review.tokenreview import API_VERSIONS, describe, render_verdict
 from backends.context import DEFAULT_CLUSTER
+from backends.files import DENY_LIST_BYTES, FileRefused, check_file, shown
 
 
 class _Parser(argparse.ArgumentParser):
@@ -137,18 +138,33 @@ async def _build_and_close(config: GatewayConfig, source: str) -> None:
         except TLSError as exc:
             raise ConfigError(source, [f"server.{exc}"]) from None
     if s.audit_log not in (None, "-"):
-        # serve opens it for appending; say now if it could not.
-        parent = Path(s.audit_log).parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise ConfigError(source, [f"server.audit_log: cannot write in {parent}"])
+        # Appended to, never read: a FIFO or device may be one (a log agent's pipe).
+        _writable("server.audit_log", Path(s.audit_log), source)
         if Path(s.audit_log).is_dir():
-            raise ConfigError(source, ["server.audit_log: is a directory, not a file"])
+            raise ConfigError(
+                source, [f"server.audit_log: {shown(s.audit_log)}: a directory, not a file"]
+            )
+    if config.deny_list.file is not None and config.redis is None:
+        # Written and read back whole: a regular file, if there yet.
+        _writable("deny_list.file", config.deny_list.file, source)
+        if os.path.lexists(config.deny_list.file):
+            try:
+                check_file(config.deny_list.file, DENY_LIST_BYTES)
+            except FileRefused as exc:
+                raise ConfigError(source, [f"deny_list.file: {exc}"]) from None
     gateway = Gateway(config, source=source)
     await gateway.close()
     policy = gateway.authorization.source if gateway.authorization is not None else None
     if policy is not None and policy.error is not None:
         # serve starts without it (answering authorization.on_error); say so here.
         raise ConfigError(source, [f"authorization.keystone_policy_file: {policy.error}"])
+
+
+def _writable(field: str, path: Path, source: str) -> None:
+    """serve creates or writes ``path``: say now if it could not."""
+    parent = path.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise ConfigError(source, [f"{field}: cannot write in {shown(parent)}"])
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

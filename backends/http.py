@@ -20,6 +20,7 @@ import httpx
 from backends.base import BackendConfigError, Rejected, Unavailable
 from backends.budget import BudgetedTransport, CallBudget, CallHeldBack
 from backends.durations import HOUR, count, finite
+from backends.files import CA_BUNDLE_BYTES, FileRefused, read_pem, shown
 from backends.retry_after import retry_after_seconds
 from backends.settings import FilePath, Strict, TimeoutSettings
 from backends.transports import AnswerRefused, BoundedAnswers, ResendIfDropped, TimedOnTheWire
@@ -90,15 +91,44 @@ class IdPClient(httpx.AsyncClient):
         return None
 
 
-def ca_context(ca_file: Path) -> ssl.SSLContext:
-    """A client TLS context that trusts the CAs in ``ca_file``. A missing file, or one
-    with no certificate, is one config error line naming the field (never a traceback
-    in check-config, nor a failure found at the first connection)."""
+def ca_bundle(ca_file: Path) -> str:
+    """The PEM text of ``ca_file``, checked to hold CAs ssl takes. A file that is
+    missing, not a regular file, past :data:`CA_BUNDLE_BYTES` or holds no certificate is
+    one config error line naming the field (never a traceback or a hang in
+    check-config, nor a failure found at the first connection)."""
     try:
-        return ssl.create_default_context(cafile=str(ca_file))
-    except (OSError, ssl.SSLError) as exc:
-        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
-        raise BackendConfigError(f"tls.ca_file: cannot load {ca_file}: {reason}") from None
+        pem = read_pem(ca_file, CA_BUNDLE_BYTES)
+    except FileRefused as exc:
+        raise BackendConfigError(f"tls.ca_file: {exc}") from None
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        # Said in words (ssl's are "no start line"); and cadata="" would mean no cadata
+        # at all: the system store, silently.
+        raise BackendConfigError(f"tls.ca_file: {shown(ca_file)}: holds no PEM certificate")
+    _trusting(pem, ca_file)
+    return pem
+
+
+def ca_context(ca_file: Path) -> ssl.SSLContext:
+    """A client TLS context that trusts the CAs in ``ca_file``, and only those
+    (:func:`ca_bundle` says which files are refused)."""
+    return _trusting(ca_bundle(ca_file), ca_file)
+
+
+def _trusting(pem: str, ca_file: Path) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise BackendConfigError(
+            f"tls.ca_file: {shown(ca_file)}: not a PEM CA bundle ({ssl_reason(exc)})"
+        ) from None
+
+
+def ssl_reason(exc: Exception) -> str:
+    """What OpenSSL said, without where in _ssl.c: its own words, never the file's."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, ssl.SSLError) and not reason and len(exc.args) > 1:
+        reason = str(exc.args[1]).split(" (_ssl.c:")[0]
+    return str(reason or type(exc).__name__)
 
 
 def pooled_wire(verify: ssl.SSLContext | bool, pool: PoolSettings) -> AiohttpWire:

@@ -27,16 +27,13 @@ from pydantic import (
 from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
 from backends.durations import Age, Interval, Rate, Timeout, Wait, count, finite
+from backends.files import SECRET_BYTES, FileRefused, read_text, shown
 
 
 class Strict(BaseModel):
     """Unknown keys are errors: a typo in a config must not silently do nothing."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-#: A secret file holds a password, a token or a key: 64 KiB is far past any.
-MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 def _resolve_secret(value: Any) -> Any:
@@ -59,18 +56,12 @@ def _resolve_secret(value: Any) -> Any:
     elif value.startswith("file:"):
         path = Path(value[5:])
         try:
-            # No more than a secret can be: file:/dev/zero must not fill the memory.
-            with path.open("rb") as f:
-                raw = f.read(MAX_SECRET_FILE_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
-        if len(raw) > MAX_SECRET_FILE_BYTES:
-            raise ValueError(f"secret file {path} is larger than {MAX_SECRET_FILE_BYTES} bytes")
-        try:
-            resolved = SecretStr(raw.decode("utf-8").strip())
-        except UnicodeDecodeError:
-            raise ValueError(f"secret file {path} is not UTF-8 text") from None
-        where = f"secret file {path}"
+            # No more than a secret can be, from a regular file: file:/dev/zero must not
+            # fill the memory, nor a FIFO hang the start.
+            resolved = SecretStr(read_text(path, SECRET_BYTES).strip())
+        except FileRefused as exc:
+            raise ValueError(f"secret file {exc}") from None
+        where = f"secret file {shown(path)}"
     else:
         where, resolved = "the value", SecretStr(value)
     if not resolved.get_secret_value().strip():

@@ -26,6 +26,7 @@ from backends.base import Authenticated, Backend, BackendConfigError, Outcome, R
 from backends.budget import UNLIMITED, CallBudget
 from backends.context import WireTime
 from backends.durations import Interval
+from backends.files import TOKEN_FILE_BYTES, FileRefused, read_text, shown
 from backends.registry import register
 from backends.settings import BackendSettings, FilePath, Secret, Strict
 
@@ -46,7 +47,7 @@ class InlineToken(Strict):
 @register
 class StaticSettings(BackendSettings):
     type: Literal["static"]
-    # A --token-auth-file CSV; reloaded when it changes.
+    # A --token-auth-file CSV (a regular file, at most 16 MiB); reloaded when it changes.
     file: FilePath | None = None
     # Tokens written into the config itself (the embedded demo uses these).
     tokens: list[InlineToken] = Field(default_factory=list)
@@ -138,11 +139,12 @@ class StaticBackend(Backend):
         if path is not None:
             try:
                 stat = path.stat()
-                text = path.read_text()
             except OSError as exc:
-                raise TokenFileError(f"{path}: cannot read: {exc.strerror}") from None
-            except UnicodeDecodeError as exc:
-                raise TokenFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+                raise TokenFileError(f"file: {shown(path)}: cannot read: {exc.strerror}") from None
+            try:
+                text = read_text(path, TOKEN_FILE_BYTES)
+            except FileRefused as exc:
+                raise TokenFileError(f"file: {exc}") from None
             for token, user, lineno in _token_rows(text, str(path)):
                 add(token, user, f"{path}:{lineno}")
             self._mtime = (stat.st_mtime_ns, stat.st_size)

@@ -26,14 +26,12 @@ from authn_gateway.authorization.metrics import AuthorizationMetrics
 from authn_gateway.authorization.own_rules import SOURCE, compile_rules
 from authn_gateway.authorization.rules import Policy, Rule, policy_of
 from authn_gateway.config.authorization import AuthorizationSettings
+from backends.files import POLICY_BYTES, FileRefused, read_file, shown
 
 log = logging.getLogger(__name__)
 
 #: What tells a file changed: (inode, size, modification time in ns); None: unreadable.
 Signature = tuple[int, int, int] | None
-
-# A policy file past this is refused unread: it would be held in memory whole.
-MAX_POLICY_BYTES = 16 * 1024 * 1024
 
 
 def signature(path: Path) -> Signature:
@@ -47,17 +45,14 @@ def signature(path: Path) -> Signature:
 def read_policy_file(path: Path) -> tuple[tuple[Rule, ...], tuple[str, ...]]:
     """The file's rules and notes; :class:`PolicyError` naming the file if unusable."""
     try:
-        with path.open("rb") as f:
-            text = f.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(text) > MAX_POLICY_BYTES:
-        raise PolicyError(f"{path}: larger than {MAX_POLICY_BYTES} bytes")
+        text = read_file(path, POLICY_BYTES)
+    except FileRefused as exc:
+        raise PolicyError(str(exc)) from None
     try:
         parsed = parse_keystone_policy(text, path.name)
     except PolicyError as exc:
-        raise PolicyError(f"{path}: {exc}") from None
-    return parsed.rules, tuple(f"{path}: {note}" for note in parsed.notes)
+        raise PolicyError(f"{shown(path)}: {exc}") from None
+    return parsed.rules, tuple(f"{shown(path)}: {note}" for note in parsed.notes)
 
 
 class PolicySource:

@@ -7,14 +7,13 @@ are tried first, then the file's, and the first rule that holds decides.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal, Protocol
 
 import re2
 from pydantic import AfterValidator, Field, model_validator
 
 from backends.durations import Age, Interval, count
-from backends.settings import Strict
+from backends.settings import FilePath, Strict
 
 #: How a pattern is compiled: RE2 matches in time linear in the name, whatever the
 #: pattern, and names (namespaces, paths) come from whoever sends the API request.
@@ -120,7 +119,7 @@ class AuthorizationSettings(Strict):
     path: str = Field(default="/authorize", pattern=r"^/[^?#]*$")
     # k8s-keystone-auth's --policy-file (or its ConfigMap's "policies" key, mounted):
     # JSON, read as is, read again when it changes.
-    keystone_policy_file: Path | None = None
+    keystone_policy_file: FilePath | None = None
     # The gateway's own rules, tried before the file's: docs/authorization.md.
     rules: list[Rule] = Field(default_factory=list)
     # How often the file's modification time is checked.

@@ -31,6 +31,8 @@ from typing import Any
 from cryptography import x509
 
 from authn_gateway.config import TLSSettings
+from backends.files import CA_BUNDLE_BYTES, PEM_BYTES, FileRefused, read_file, shown
+from backends.http import ssl_reason
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +52,11 @@ class TLSError(Exception):
     """A certificate, key or CA file that cannot be used; names the file, no key material."""
 
 
-def _read(path: Path, what: str) -> bytes:
+def _read(path: Path, what: str, limit: int = PEM_BYTES) -> bytes:
     try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise TLSError(f"tls.{what}: cannot read {path}: {exc.strerror}") from None
+        return read_file(path, limit)
+    except FileRefused as exc:
+        raise TLSError(f"tls.{what}: {exc}") from None
 
 
 def _load_pair(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
@@ -66,14 +68,20 @@ def _load_pair(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        context.load_cert_chain(cert_path, key_path)
+        # Without a password callable OpenSSL asks for an encrypted key's passphrase on
+        # the terminal: check-config would wait for a keystroke.
+        context.load_cert_chain(cert_path, key_path, password=_no_passphrase)
+
+
+def _no_passphrase() -> bytes:
+    raise TLSError("the private key is encrypted (a passphrase is not supported)")
 
 
 def _expiries(pem: bytes, role: str, path: Path, what: str) -> list[CertificateExpiry]:
     try:
         certs = x509.load_pem_x509_certificates(pem)
     except ValueError:
-        raise TLSError(f"tls.{what}: {path} holds no PEM certificate") from None
+        raise TLSError(f"tls.{what}: {shown(path)}: holds no PEM certificate") from None
     return [
         CertificateExpiry(role, c.subject.rfc4514_string(), c.not_valid_after_utc.timestamp())
         for c in certs
@@ -122,19 +130,22 @@ class ServerTLS:
         expiries = _expiries(cert, "serving", s.cert_file, "cert_file")[:1]
         try:
             _load_pair(context, cert, key)
+        except TLSError as exc:
+            raise TLSError(f"tls.key_file: {shown(s.key_file)}: {exc}") from None
         except ssl.SSLError as exc:
             raise TLSError(
-                f"tls: {s.cert_file} and {s.key_file} are not a "
-                f"matching PEM certificate and key ({exc.reason or exc.__class__.__name__})"
+                f"tls: {shown(s.cert_file)} and {shown(s.key_file)} are not a "
+                f"matching PEM certificate and key ({ssl_reason(exc)})"
             ) from None
         if s.client_ca_file is not None:
-            ca = _read(s.client_ca_file, "client_ca_file")
+            ca = _read(s.client_ca_file, "client_ca_file", CA_BUNDLE_BYTES)
             try:
-                context.load_verify_locations(cadata=ca.decode("ascii", "replace"))
+                # ssl takes PEM as ASCII text; past ASCII can only be in comments.
+                context.load_verify_locations(cadata=ca.decode("ascii", "ignore"))
             except (ssl.SSLError, ValueError) as exc:
                 raise TLSError(
-                    f"tls.client_ca_file: {s.client_ca_file} is not a PEM CA bundle "
-                    f"({exc.__class__.__name__})"
+                    f"tls.client_ca_file: {shown(s.client_ca_file)}: not a PEM CA bundle "
+                    f"({ssl_reason(exc)})"
                 ) from None
             expiries += _expiries(ca, "client_ca", s.client_ca_file, "client_ca_file")
             # Optional only when callers may use a bearer token instead; the review

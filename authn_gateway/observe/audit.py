@@ -17,6 +17,7 @@ import orjson
 
 from authn_gateway.observe.logsink import sink_for
 from backends.base import Authenticated, Outcome, Rejected
+from backends.files import shown
 
 DEFAULT_QUEUE_LINES = 100_000
 
@@ -24,9 +25,13 @@ DEFAULT_QUEUE_LINES = 100_000
 class AuditLog:
     def __init__(self, destination: str, queue_lines: int = DEFAULT_QUEUE_LINES) -> None:
         """``destination``: a file path, or "-" for stdout. A file that cannot be
-        opened raises OSError."""
+        opened (a FIFO no one reads, a directory) raises OSError naming the field."""
         self.destination = destination
-        self.sink = sink_for(destination, queue_lines)
+        try:
+            self.sink = sink_for(destination, queue_lines)
+        except OSError as exc:
+            why = f"cannot open {shown(destination)}: {exc.strerror or type(exc).__name__}"
+            raise OSError(exc.errno, f"server.audit_log: {why}") from None
 
     def write(
         self,

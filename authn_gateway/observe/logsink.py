@@ -117,7 +117,13 @@ def _open(destination: str) -> int:
         return os.dup(sys.stderr.fileno())
     if destination == "stdout":
         return os.dup(sys.stdout.fileno())
-    return os.open(destination, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    # A FIFO (a log agent's) with no reader yet would block the open, and the start,
+    # until one comes: O_NONBLOCK makes it an error at once (ENXIO). Writes then block
+    # again, in the writer thread only.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    fd = os.open(destination, flags, 0o640)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -22,6 +22,7 @@ import orjson
 from authn_gateway.revocation.bus import Event, Handler
 from authn_gateway.revocation.denylist import DenyEntry, parse_entries
 from authn_gateway.revocation.subject import Subject
+from backends.files import DENY_LIST_BYTES, FileRefused, read_file
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,9 @@ class FileDenyStore:
 
     def _read(self) -> dict[Subject, DenyEntry] | None:
         try:
-            doc = orjson.loads(self.path.read_bytes())
-        except OSError as exc:
-            log.error("deny list: cannot read %s: %s", self.path, exc.strerror)
+            doc = orjson.loads(read_file(self.path, DENY_LIST_BYTES))
+        except FileRefused as exc:
+            log.error("deny list: %s; keeping the entries already loaded", exc)
             return None
         except orjson.JSONDecodeError:
             log.error(

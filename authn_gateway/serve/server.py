@@ -210,7 +210,12 @@ def _warn_if_open(config: GatewayConfig) -> None:
 async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0) -> None:
     """Serve until SIGTERM/SIGINT; reload on SIGHUP."""
     s = config.server
-    tls = ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens)) if s.tls else None
+    where = str(source or "<embedded default.yaml>")
+    try:
+        tls = ServerTLS(s.tls, client_cert_optional=bool(s.caller_tokens)) if s.tls else None
+    except TLSError as exc:
+        # The line check-config gives for the same files.
+        raise ConfigError(where, [f"server.{exc}"]) from None
     edge = edge_limits(config, tls)
     listeners = {"review": edge}
     ops_edge = EdgeLimits(
@@ -224,7 +229,7 @@ async def run(config: GatewayConfig, source: Path | None = None, worker: int = 0
     )
     if s.ops is not None:
         listeners["ops"] = ops_edge
-    gateway = Gateway(config, source=str(source or "<embedded default.yaml>"))
+    gateway = Gateway(config, source=where)
     gateway.metrics.group(EdgeMetrics).watch(listeners, tls)
     app = GatewayApp(gateway)
 

@@ -10,6 +10,7 @@ from ldap3 import IP_SYSTEM_DEFAULT, NONE, SIMPLE, SYNC, Connection, Server, Tls
 from ldap3.core.exceptions import LDAPSASLPrepError
 
 from backends.base import Rejected, Unavailable
+from backends.http import ca_bundle
 from backends.ldap.failures import USER_REFUSALS, Done, result_failure
 from backends.ldap.pool import close_quietly, no_delay
 from backends.ldap.settings import LDAPSettings
@@ -24,7 +25,9 @@ class Binder:
         tls = settings.tls
         self._tls = Tls(
             validate=ssl.CERT_REQUIRED if tls.verify else ssl.CERT_NONE,
-            ca_certs_file=str(tls.ca_file) if tls.ca_file else None,
+            # Read once, bounded, here: ldap3 would read the file again at every
+            # connection, a FIFO or /dev/zero put in its place hanging the thread.
+            ca_certs_data=ca_bundle(tls.ca_file) if tls.ca_file else None,
         )
         self._connect_timeout = settings.timeouts.connect_seconds
         # ldap3 also sets SO_RCVTIMEO from this, packed as an integer: whole seconds only.

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
 from backends.durations import Interval
-from backends.http import TLSClientSettings, ca_context
+from backends.http import TLSClientSettings
 from backends.registry import build_registered, register
 from backends.settings import BackendSettings, Secret, Strict
 
@@ -114,10 +114,7 @@ class LDAPSettings(BackendSettings):
         return self
 
     def build(self, budget: CallBudget = UNLIMITED) -> Backend:
-        if self.tls.ca_file is not None:
-            # Loaded here as the HTTP backends load theirs: ldap3's Tls raises its own
-            # exception (a traceback in check-config) and checks nothing before connecting.
-            ca_context(self.tls.ca_file)
-        # LDAPBackend registers itself (@builds): it imports this module, so this
-        # module does not import it.
+        # The CA bundle is read (once, bounded) and checked as the backend is built
+        # (bind.py), as the HTTP backends read theirs. LDAPBackend registers itself
+        # (@builds): it imports this module, so this module does not import it.
         return build_registered(self, budget)

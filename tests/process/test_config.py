@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
+from backends.files import CA_BUNDLE_BYTES
 from tests.support.config_helpers import MINIMAL, STRONG
+from tests.support.hostile_files import make_hostile, refusal
 
 
 def test_check_config_command_exits_non_zero_with_located_errors(tmp_path: Path) -> None:
@@ -59,7 +62,7 @@ def test_unreadable_token_file_is_a_config_error_naming_the_backend(tmp_path: Pa
             timeout=30,
         )
         assert result.returncode == 1
-        assert f"{config}: backends[0] (s): {tmp_path}/none.csv: cannot read" in result.stderr
+        assert f"{config}: backends[0] (s): file: {tmp_path}/none.csv: cannot read" in result.stderr
         assert "Traceback" not in result.stderr
 
 
@@ -78,7 +81,7 @@ def test_unloadable_ca_bundle_is_a_config_error(tmp_path: Path) -> None:
         timeout=30,
     )
     assert result.returncode == 1
-    assert f"backends[0] (sso): tls.ca_file: cannot load {bad_ca}" in result.stderr
+    assert f"backends[0] (sso): tls.ca_file: {bad_ca}: holds no PEM certificate" in result.stderr
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -101,7 +104,7 @@ def _one_clean_line(result: subprocess.CompletedProcess[str]) -> str:
     "server_or_redis, named",
     [
         ({"server": {"tls": {"cert_file": "{d}/absent.crt", "key_file": "{d}/k"}}}, "absent.crt"),
-        ({"server": {"tls": {"cert_file": "{d}", "key_file": "{d}/k"}}}, "Is a directory"),
+        ({"server": {"tls": {"cert_file": "{d}", "key_file": "{d}/k"}}}, "a directory"),
         ({"redis": {"url": "redis://127.0.0.1:notaport/0"}, "secret": STRONG}, "redis"),
         ({"server": {"audit_log": "{d}/nope/audit.jsonl"}}, "nope"),
     ],
@@ -118,6 +121,25 @@ def test_check_config_and_serve_refuse_the_same_files(
     checked = _one_clean_line(_cli("check-config", str(path)))
     served = _one_clean_line(_cli("serve", "--config", str(path), timeout=30))
     assert named in checked and named in served
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_ca_file_that_never_ends_is_one_line_from_check_config_and_serve(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO with no writer, or /dev/zero, as a CA bundle hung both once."""
+    ca_file = make_hostile(kind, tmp_path / "ca.pem")
+    path = tmp_path / "gw.yaml"
+    backend = {"name": "ui", "type": "userinfo", "url": "https://127.0.0.1:9/u"}
+    path.write_text(
+        MINIMAL
+        + "  - "
+        + orjson.dumps({**backend, "tls": {"ca_file": str(ca_file)}}).decode()
+        + "\n"
+    )
+    line = f"{path}: backends[1] (ui): tls.ca_file: {ca_file}: {refusal(kind, CA_BUNDLE_BYTES)}"
+    for command in (["check-config", str(path)], ["serve", "--config", str(path)]):
+        assert line in _one_clean_line(_cli(*command, timeout=30)), command
 
 
 def test_check_config_builds_the_tls_context_from_the_real_files(tmp_path: Path) -> None:

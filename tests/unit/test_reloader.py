@@ -1,7 +1,8 @@
 """A reload (SIGHUP) that fails for any reason is refused, logged in one line, counted,
 and the running config keeps serving; the next reload is handled as this one was
-(issue 36, item 3). In process, over a real gateway of the static backend; the
-process tier sends the signal (tests/process/test_config_reload.py)."""
+(issue 36, item 3), and so is one naming a file no reader may open (a FIFO, /dev/zero).
+In process, over a real gateway of the static backend; the process tier sends the
+signal (tests/process/test_config_reload.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from authn_gateway.config import GatewayConfig, load_config
 from authn_gateway.serve import reloader as reloader_module
@@ -19,7 +21,9 @@ from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.generation import Generation
 from authn_gateway.serve.reloader import Reloader
+from backends.files import CA_BUNDLE_BYTES
 from tests.support.config_helpers import MINIMAL
+from tests.support.hostile_files import KINDS, make_hostile, refusal
 
 REFUSED = "config reload refused, still serving the previous config: "
 
@@ -167,3 +171,25 @@ def test_the_first_caller_token_on_a_tls_port_warns_that_it_needs_a_restart(
         == []
     )
     assert warnings(plain, config(caller_tokens=[token])) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_file_naming_a_hostile_ca_file_is_refused_in_one_line_naming_the_field(
+    reloader: Reloader, tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A FIFO or /dev/zero read the old way hung the reload, and the event loop with it.
+    hostile = make_hostile(kind, tmp_path / f"hostile-{kind}")
+    running = reloader.app.generation
+    assert reloader.source is not None
+    doc = yaml.safe_load(MINIMAL)
+    userinfo = {"type": "userinfo", "name": "ui", "url": "https://127.0.0.1:9/u"}
+    doc["backends"].append({**userinfo, "tls": {"ca_file": str(hostile)}})
+    reloader.source.write_text(yaml.safe_dump(doc))
+    with caplog.at_level(logging.INFO):
+        assert await reloader.reload() is False
+    assert refusals(caplog) == [
+        f"{REFUSED}{reloader.source}: backends[1] (ui): tls.ca_file: {hostile}: "
+        f"{refusal(kind, CA_BUNDLE_BYTES)}"
+    ]
+    assert reloader.app.generation is running
+    assert await verdict_of(reloader, "t") == "Authenticated"

@@ -78,7 +78,10 @@ def test_a_previous_secret_from_a_missing_variable_or_file_is_named(tmp_path: Pa
     missing = tmp_path / "nope"
     text = MINIMAL + f"secret: '{NEW}'\nprevious_secrets: ['file:{missing}']\n"
     [problem] = problems(text)
-    assert problem.startswith("previous_secrets[0]: cannot read secret file")
+    assert (
+        problem
+        == f"previous_secrets[0]: secret file {missing}: cannot read: No such file or directory"
+    )
 
 
 def test_previous_secrets_from_a_file_are_read(tmp_path: Path) -> None:
