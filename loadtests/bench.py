@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -123,9 +123,11 @@ def run_wrk(
     threads: int = 1,
     scheme: str = "http",
     server_pid: int | None = None,
+    lua: str | None = None,
 ) -> WrkResult:
+    """``lua``: wrk's script (default: one cached TokenReview, :data:`LUA`)."""
     script = workdir / "review.lua"
-    script.write_text(LUA % json.dumps(review_body(HOT_TOKEN)))
+    script.write_text(lua if lua is not None else LUA % json.dumps(review_body(HOT_TOKEN)))
     base = ["wrk", f"-t{threads}", f"-c{connections}", "-s", str(script), "--latency"]
     url = f"{scheme}://127.0.0.1:{port}"
     # A short warm-up first: connection set-up, the cache entry, the JIT-less warm caches.
@@ -221,6 +223,10 @@ class Server:
     scheme: str = "http"
     #: Another checkout whose code this server runs (``--against``); None: this one.
     cwd: Path | None = None
+    #: wrk's script for it (None: :data:`LUA`), and its own warm-up check (None: a
+    #: gateway's is :func:`warm`, a reference has none), given the port.
+    lua: str | None = None
+    warm_up: Callable[[int], None] | None = None
 
 
 LOCAL = "gateway, local cache"
@@ -290,8 +296,10 @@ def throughput(
     workdir: Path,
     chosen: list[Server],
     rounds: int,
+    before_stop: Callable[[list[Server]], None] | None = None,
 ) -> tuple[list[list[WrkResult]], str | None]:
-    """``rounds`` lists of results, every server measured once per round."""
+    """``rounds`` lists of results, every server measured once per round;
+    ``before_stop`` is given the servers measured while they still run."""
     results: list[list[WrkResult]] = [[] for _ in range(rounds)]
     notes = []
     with ExitStack() as stack:
@@ -303,7 +311,9 @@ def throughput(
                 proc = stack.enter_context(
                     process(server.cmd, server.port, workdir / f"{slug}.log", server.cwd)
                 )
-                if server.gateway:
+                if server.warm_up is not None:
+                    server.warm_up(server.port)
+                elif server.gateway:
                     warm(server.port, server.scheme)
             except RuntimeError as exc:
                 notes.append(f"{server.name} not measured: {str(exc).splitlines()[-1][:300]}")
@@ -325,8 +335,11 @@ def throughput(
                         threads=server.wrk_threads,
                         scheme=server.scheme,
                         server_pid=pids[server.name],
+                        lua=server.lua,
                     )
                 )
+        if before_stop is not None:
+            before_stop(running)
     for result in results:
         result.sort(key=lambda x: [s.name for s in running].index(x.name))
     return results, "; ".join(notes) or None

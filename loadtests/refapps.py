@@ -1,10 +1,16 @@
-"""The two reference webhooks the benchmark compares one gateway worker with.
+"""The reference webhooks the benchmarks compare one gateway worker with.
 
-Both parse the TokenReview body and answer a fixed authenticated TokenReview:
+Two parse the TokenReview body and answer a fixed authenticated TokenReview:
 
 * ``starlette``: a bare starlette route, ``await request.json()`` (stdlib json) and a
   ``JSONResponse``: what a plain Python webhook looks like;
 * ``raw``: a raw ASGI callable with orjson: the ceiling for Python on this stack.
+
+And one for the SubjectAccessReview endpoint (:mod:`loadtests.authorization`):
+
+* ``raw-sar``: the raw ASGI callable again, reading a SubjectAccessReview (a JSON
+  object of that kind with a ``spec`` object) and answering a fixed ``allowed: true``:
+  what deciding costs with no policy at all.
 
 They run under uvicorn with the gateway's own server settings (httptools, uvloop, no
 access log), so the comparison is between application code only.
@@ -50,15 +56,19 @@ async def _review(request: Request) -> Response:
 starlette_app = Starlette(routes=[Route("/authenticate", _review, methods=["POST"])])
 
 
-async def raw_app(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] != "http":
-        return
+async def _body(receive: Receive) -> bytes:
     body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def raw_app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    body = await _body(receive)
     try:
         doc = orjson.loads(body)
         ok = isinstance(doc, dict) and bool((doc.get("spec") or {}).get("token"))
@@ -69,6 +79,34 @@ async def raw_app(scope: Scope, receive: Receive, send: Send) -> None:
         out = orjson.dumps(fixed_review(doc.get("apiVersion", "authentication.k8s.io/v1")))
     else:
         status, out = 400, b'{"message":"spec.token is required"}'
+    await _send(send, status, out)
+
+
+async def raw_sar_app(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    body = await _body(receive)
+    try:
+        doc = orjson.loads(body)
+        ok = (
+            isinstance(doc, dict)
+            and doc.get("kind") == "SubjectAccessReview"
+            and isinstance(doc.get("spec"), dict)
+        )
+    except orjson.JSONDecodeError:
+        ok = False
+    if ok:
+        status = 200
+        out = orjson.dumps(
+            {"apiVersion": doc.get("apiVersion"), "kind": "SubjectAccessReview",
+             "status": {"allowed": True}}
+        )  # fmt: skip
+    else:
+        status, out = 400, b'{"message":"not a SubjectAccessReview"}'
+    await _send(send, status, out)
+
+
+async def _send(send: Send, status: int, out: bytes) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -82,7 +120,7 @@ async def raw_app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": out})
 
 
-APPS: dict[str, Any] = {"starlette": starlette_app, "raw": raw_app}
+APPS: dict[str, Any] = {"starlette": starlette_app, "raw": raw_app, "raw-sar": raw_sar_app}
 
 
 def main() -> None:

@@ -153,6 +153,47 @@ def run_documented(*args: str) -> str:
     return result.stdout
 
 
+def test_the_authorization_benchmark_runs_as_documented(tmp_path: Path) -> None:
+    # docs/benchmarks.md, docs/authorization.md and docs/decisions.md quote
+    # `python -m loadtests.authorization`. Not exclusive: nothing here is a timing.
+    if shutil.which("wrk") is None:
+        pytest.fail("wrk is not installed (Debian package wrk)")
+    out = tmp_path / "authorize.json"
+    printed = run_documented(
+        "loadtests.authorization", "--seconds", "1", "--rounds", "1", "--connections", "4",
+        "--rules", "5", "--calls", "200", "--json", str(out),
+    )  # fmt: skip
+    for line in (
+        "| gateway /authorize, cache hit ",
+        "| gateway /authorize, cache miss ",
+        "cache miss / cache hit: ",
+        "per core the server used, x raw (same script): cache hit ",
+        "policy.decide (5 rules, the allowing one last)",
+        "decision cache full (authorization.cache.max_entries, 10,000): ",
+        "crafted name against (a+)+$ (no match): Python re 18 a's ",
+    ):
+        assert line in printed, (line, printed)
+    doc = json.loads(out.read_text())
+    assert [r["name"] for r in doc["throughput"]] == [
+        "raw ASGI + orjson, one SAR",
+        "raw ASGI + orjson, distinct SARs",
+        "gateway /authorize, cache hit",
+        "gateway /authorize, cache miss",
+    ]
+    # Every review was answered 200 (wrk counts anything else, and socket errors).
+    assert all(r["errors"] == 0 and r["rps"] > 0 for r in doc["throughput"]), doc["throughput"]
+    # By the gateways' own counts: every decision allowed; the hit run missed once (the
+    # warm-up's first review), the miss run never hit (no body was sent twice).
+    hit, miss = (
+        doc["cache"]["gateway /authorize, cache hit"],
+        doc["cache"]["gateway /authorize, cache miss"],
+    )
+    assert hit["allowed"] == hit["decisions"] and miss["allowed"] == miss["decisions"], doc
+    assert hit["cache_hits"] == hit["decisions"] - 1 > 0, hit
+    assert miss["cache_hits"] == 0 and miss["decisions"] > 1, miss
+    assert all(v > 0 for v in doc["in_process"].values()), doc["in_process"]
+
+
 def test_the_miss_path_measurement_runs_as_documented() -> None:
     # docs/benchmarks.md and docs/decisions.md quote `python -m loadtests.misspath`.
     out = run_documented("loadtests.misspath", "--calls", "30")
