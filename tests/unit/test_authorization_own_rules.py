@@ -150,6 +150,11 @@ def test_a_crafted_name_costs_linear_time_whatever_the_regex() -> None:
         ([{"non_resources": [{"verbs": ["get"], "paths": ["~[z-a]"]}]}],
          ("rules", 0, "non_resources", 0, "paths", 0),
          "bad regex: invalid character class range: z-a"),
+        # What RE2 cannot match in linear time is refused at load, not matched slowly.
+        ([{"resources": [{"verbs": ["get"], "names": [r"~(a)\1"]}]}],
+         ("rules", 0, "resources", 0, "names", 0), "bad regex: invalid escape sequence: \\1"),
+        ([{"resources": [{"verbs": ["get"], "resources": ["~pods(?=/log)"]}]}],
+         ("rules", 0, "resources", 0, "resources", 0), "bad regex: invalid perl operator: (?="),
         ([{"roles": ["member"]}], ("rules", 0),
          "needs resources or non_resources (a rule for nothing never holds)"),
         ([{"effect": "maybe", "resources": [READ_PODS]}], ("rules", 0, "effect"), None),
