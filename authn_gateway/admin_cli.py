@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,11 @@ from urllib.parse import quote
 
 import httpx
 import orjson
+
+from backends.base import BackendConfigError
+from backends.durations import TIMEOUT_MAX
+from backends.files import SECRET_BYTES, FileRefused, read_text, shown
+from backends.http import ca_context
 
 TOKEN_ENV = "AUTHN_GATEWAY_ADMIN_TOKEN"
 URL_ENV = "AUTHN_GATEWAY_ADMIN_URL"
@@ -52,7 +58,7 @@ def add_parser(sub: Any) -> None:
     )
     admin.add_argument("--token-file", type=Path, metavar="FILE", help="file holding admin.token")
     admin.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for an https URL")
-    admin.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    admin.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
     admin.add_argument(
         "--as",
         dest="operator",
@@ -108,14 +114,73 @@ def _subject_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class Refused(Exception):
+    """A command line this command cannot send: one line, naming the option, never a
+    token."""
+
+
+def seconds(text: str) -> float:
+    """``--timeout``: a number of seconds httpx and the socket take."""
+    value = float(text)  # argparse says "invalid seconds value" on a ValueError
+    if not 0 < value <= TIMEOUT_MAX:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most {TIMEOUT_MAX:g} seconds")
+    return value
+
+
 def _admin_token(args: argparse.Namespace) -> str | None:
     if args.token_file is not None:
         try:
-            return args.token_file.read_text().strip() or None
-        except OSError as exc:
-            print(f"cannot read {args.token_file}: {exc.strerror}", file=sys.stderr)
-            return None
-    return os.environ.get(TOKEN_ENV, "").strip() or None
+            # A pipe too: --token-file <(kubectl get secret ...) is a way to pass it.
+            token = read_text(args.token_file, SECRET_BYTES, pipes=True).strip()
+        except FileRefused as exc:
+            raise Refused(f"--token-file: {exc}") from None
+        where = f"--token-file {shown(args.token_file)}"
+    else:
+        token, where = os.environ.get(TOKEN_ENV, "").strip(), TOKEN_ENV
+    # A header value: admin.token is generated (base64), and anything else would be
+    # refused by the HTTP client with an error that quotes the token.
+    if token and not all("!" <= c <= "~" for c in token):
+        raise Refused(f"the admin token ({where}) is not printable ASCII without spaces")
+    return token or None
+
+
+#: The arguments that go into the request, by their destination: how the command line
+#: spells each.
+_NAMES = {
+    "backend": "BACKEND",
+    "user": "--user",
+    "token_id": "--token-id",
+    "credential_id": "--credential-id",
+    "operator": "--as",
+}
+
+
+def _checked(args: argparse.Namespace) -> tuple[str, ssl.SSLContext | bool]:
+    """The gateway's URL and what verifies its certificate, or :class:`Refused`."""
+    for name, flag in _NAMES.items():
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not _utf8(value):
+            raise Refused(f"{flag}: not UTF-8 text")
+    try:
+        url = httpx.URL(args.url)
+    except httpx.InvalidURL:
+        raise Refused(f"--url: {shown(args.url)} is not a URL") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise Refused(f"--url: {shown(args.url)} is not an http:// or https:// URL")
+    if args.ca_file is None:
+        return args.url, True
+    try:
+        return args.url, ca_context(args.ca_file, "--ca-file")
+    except BackendConfigError as exc:
+        raise Refused(str(exc)) from None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # an argument's byte that is not UTF-8 (surrogateescape)
+        return False
+    return True
 
 
 def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
@@ -147,13 +212,17 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
 
 
 def cmd_admin(args: argparse.Namespace) -> int:
-    token = _admin_token(args)
+    try:
+        token = _admin_token(args)
+        base, verify = _checked(args)
+    except Refused as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if token is None:
         print(f"no admin token: use --token-file FILE or set {TOKEN_ENV}", file=sys.stderr)
         return 2
     method, path, body = _request(args)
-    url = args.url.rstrip("/") + path
-    verify: Any = str(args.ca_file) if args.ca_file is not None else True
+    url = base.rstrip("/") + path
     try:
         with httpx.Client(timeout=args.timeout, verify=verify) as client:
             response = client.request(

@@ -14,11 +14,12 @@ from pydantic import ValidationError
 
 from authn_gateway import __version__, admin_cli
 from authn_gateway.config import ConfigError, GatewayConfig, ServerSettings, load_config
-from authn_gateway.config.loading import UNEXPECTED
+from authn_gateway.observe.internal_errors import unexpected
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.review.tokenreview import API_VERSIONS, describe, render_verdict
 from backends.context import DEFAULT_CLUSTER
 from backends.files import DENY_LIST_BYTES, FileRefused, check_file, shown
+from backends.settings import MAX_TOKEN_BYTES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,8 +178,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # no config file ends in a traceback
-        problem = UNEXPECTED.format(type(exc).__name__)
-        print(f"invalid configuration:\n{args.file}: {problem}", file=sys.stderr)
+        print(
+            f"invalid configuration:\n{args.file}: cannot be checked: {unexpected(exc)}",
+            file=sys.stderr,
+        )
         return 1
     names = ", ".join(f"{b.name} ({b.type})" for b in config.backends)
     print(f"{args.file}: ok; backends: {names}")
@@ -210,7 +213,21 @@ def cmd_review(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     configure_logging("warning", config.logging.format)
-    token = sys.stdin.readline().strip() if args.token == "-" else args.token
+    if args.token == "-":
+        # No more than a token can be: a stream without a line break must not fill memory.
+        try:
+            line = sys.stdin.readline(MAX_TOKEN_BYTES + 1)
+        except UnicodeDecodeError:
+            print("the token on stdin is not UTF-8 text", file=sys.stderr)
+            return 2
+        if len(line.rstrip("\r\n")) > MAX_TOKEN_BYTES:
+            print(
+                f"the token on stdin is longer than {MAX_TOKEN_BYTES} characters", file=sys.stderr
+            )
+            return 2
+        token = line.strip()
+    else:
+        token = args.token
     if not token:
         print("no token given (argument or stdin)", file=sys.stderr)
         return 2
@@ -237,6 +254,9 @@ def cmd_review(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"invalid configuration:\n{exc}", file=sys.stderr)
         return 1
+    except Exception as exc:  # a bug of ours; its message may quote the config or token
+        print(f"{source}: cannot review: {unexpected(exc)}", file=sys.stderr)
+        return 1
     sys.stdout.write(orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode() + "\n")
     print(note, file=sys.stderr)
     return 0
@@ -250,4 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         "review": cmd_review,
         "admin": admin_cli.cmd_admin,
     }
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C (waiting for a token on stdin, say): no traceback to show
+    except Exception as exc:  # what each command did not foresee is still one line
+        print(f"authn-gateway {args.command}: {unexpected(exc)}", file=sys.stderr)
+        return 1

@@ -80,7 +80,9 @@ def _not_regular(mode: int) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
-def _check(path: Path, st: os.stat_result, limit: int | None) -> None:
+def _check(path: Path, st: os.stat_result, limit: int | None, pipes: bool = False) -> None:
+    if pipes and stat.S_ISFIFO(st.st_mode):
+        return  # read up to the bound as it comes
     kind = _not_regular(st.st_mode)
     if kind is not None:
         raise FileRefused(path, f"{kind}, not a regular file")
@@ -88,7 +90,7 @@ def _check(path: Path, st: os.stat_result, limit: int | None) -> None:
         raise FileRefused(path, f"larger than {size_text(limit)}")
 
 
-def check_file(path: Path, limit: int | None) -> None:
+def check_file(path: Path, limit: int | None, *, pipes: bool = False) -> None:
     """What :func:`read_file` would refuse in ``path`` without reading it: missing,
     unreadable, not a regular file, or larger than ``limit`` (None: any size)."""
     try:
@@ -97,14 +99,18 @@ def check_file(path: Path, limit: int | None) -> None:
         raise FileRefused(path, f"cannot read: {_why(exc)}") from None
     except ValueError:  # a NUL in the name; FilePath fields refuse it before this
         raise FileRefused(path, "cannot read: not a file name") from None
-    _check(path, st, limit)
+    _check(path, st, limit, pipes)
 
 
-def read_file(path: Path, limit: int) -> bytes:
+def read_file(path: Path, limit: int, *, pipes: bool = False) -> bytes:
     """The content of ``path``, a regular file of at most ``limit`` bytes; else
     :class:`FileRefused`. Never blocks on a FIFO or a device and never reads more
-    than ``limit + 1`` bytes, whatever replaces the file meanwhile."""
-    check_file(path, limit)  # a FIFO or device is never even opened
+    than ``limit + 1`` bytes, whatever replaces the file meanwhile.
+
+    ``pipes``: a pipe or FIFO is read too, up to the bound, for a command's own
+    arguments (``--token-file <(...)``), never for a file the config names: it waits
+    for its writer to finish (and a FIFO no one has open for writing reads as empty)."""
+    check_file(path, limit, pipes=pipes)  # a FIFO or device is never even opened
     try:
         # Replaced by a FIFO since the stat: O_NONBLOCK opens it at once (then fstat
         # refuses it), and O_NOCTTY keeps a terminal from becoming ours.
@@ -112,7 +118,8 @@ def read_file(path: Path, limit: int) -> bytes:
     except OSError as exc:
         raise FileRefused(path, f"cannot read: {_why(exc)}") from None
     with os.fdopen(fd, "rb") as f:
-        _check(path, os.fstat(fd), limit)
+        _check(path, os.fstat(fd), limit, pipes)
+        os.set_blocking(fd, True)  # a pipe's writer may not have written yet
         try:
             data = f.read(limit + 1)
         except OSError as exc:
@@ -122,9 +129,9 @@ def read_file(path: Path, limit: int) -> bytes:
     return data
 
 
-def read_text(path: Path, limit: int) -> str:
+def read_text(path: Path, limit: int, *, pipes: bool = False) -> str:
     """:func:`read_file`, as UTF-8 text; a file that is not is :class:`FileRefused`."""
-    data = read_file(path, limit)
+    data = read_file(path, limit, pipes=pipes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -91,35 +91,35 @@ class IdPClient(httpx.AsyncClient):
         return None
 
 
-def ca_bundle(ca_file: Path) -> str:
+def ca_bundle(ca_file: Path, field: str = "tls.ca_file") -> str:
     """The PEM text of ``ca_file``, checked to hold CAs ssl takes. A file that is
     missing, not a regular file, past :data:`CA_BUNDLE_BYTES` or holds no certificate is
-    one config error line naming the field (never a traceback or a hang in
+    one config error line naming the ``field`` (never a traceback or a hang in
     check-config, nor a failure found at the first connection)."""
     try:
         pem = read_pem(ca_file, CA_BUNDLE_BYTES)
     except FileRefused as exc:
-        raise BackendConfigError(f"tls.ca_file: {exc}") from None
+        raise BackendConfigError(f"{field}: {exc}") from None
     if "-----BEGIN CERTIFICATE-----" not in pem:
         # Said in words (ssl's are "no start line"); and cadata="" would mean no cadata
         # at all: the system store, silently.
-        raise BackendConfigError(f"tls.ca_file: {shown(ca_file)}: holds no PEM certificate")
-    _trusting(pem, ca_file)
+        raise BackendConfigError(f"{field}: {shown(ca_file)}: holds no PEM certificate")
+    _trusting(pem, ca_file, field)
     return pem
 
 
-def ca_context(ca_file: Path) -> ssl.SSLContext:
+def ca_context(ca_file: Path, field: str = "tls.ca_file") -> ssl.SSLContext:
     """A client TLS context that trusts the CAs in ``ca_file``, and only those
     (:func:`ca_bundle` says which files are refused)."""
-    return _trusting(ca_bundle(ca_file), ca_file)
+    return _trusting(ca_bundle(ca_file, field), ca_file, field)
 
 
-def _trusting(pem: str, ca_file: Path) -> ssl.SSLContext:
+def _trusting(pem: str, ca_file: Path, field: str) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cadata=pem)
     except (ssl.SSLError, ValueError) as exc:
         raise BackendConfigError(
-            f"tls.ca_file: {shown(ca_file)}: not a PEM CA bundle ({ssl_reason(exc)})"
+            f"{field}: {shown(ca_file)}: not a PEM CA bundle ({ssl_reason(exc)})"
         ) from None
 
 

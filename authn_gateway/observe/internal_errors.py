@@ -16,6 +16,7 @@ never data), never its message or its chained causes. It is written once per kin
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from typing import Protocol
 
@@ -40,6 +41,14 @@ def _raised_at(exc: BaseException) -> str:
         return "?"
     last = frames[-1]
     return f"{last.filename}:{last.lineno}"
+
+
+def unexpected(exc: BaseException) -> str:
+    """An exception nothing classifies (a bug), in one line by type and place, for a
+    command's or a reload's refusal: its message may quote a config value or a token."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"unexpected {type(exc).__name__}{at} (please report this)"
 
 
 def internal_error(where: str, exc: BaseException, metrics: InternalErrorCounter) -> InternalError:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import traceback
 from pathlib import Path
 
 from authn_gateway.config import ConfigError, GatewayConfig, load_config
+from authn_gateway.observe.internal_errors import unexpected
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
@@ -103,7 +103,7 @@ class Reloader:
             await old.close()
         except Exception as exc:
             # The new config serves; only the old one's tidy-up went wrong.
-            log.error("config reload: closing the previous config failed: %s", _unexpected(exc))
+            log.error("config reload: closing the previous config failed: %s", unexpected(exc))
         return True
 
     def _refuse(self, reasons: str) -> bool:
@@ -127,7 +127,7 @@ async def _discard(gateway: Gateway | None, generation: Generation | None) -> No
         elif gateway is not None:
             await gateway.close()
     except Exception as exc:
-        log.warning("config reload: closing the refused config failed: %s", _unexpected(exc))
+        log.warning("config reload: closing the refused config failed: %s", unexpected(exc))
 
 
 def _reasons(where: str, exc: Exception) -> str:
@@ -136,12 +136,4 @@ def _reasons(where: str, exc: Exception) -> str:
         return "; ".join(str(exc).splitlines())
     if isinstance(exc, OSError):
         return f"{where}: {exc.strerror or type(exc).__name__}"
-    return f"{where}: {_unexpected(exc)}"
-
-
-def _unexpected(exc: BaseException) -> str:
-    """An exception nothing classifies (a bug), by type and place: its message may
-    quote a config value."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-    return f"unexpected {type(exc).__name__}{at} (please report this)"
+    return f"{where}: {unexpected(exc)}"

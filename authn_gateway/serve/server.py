@@ -32,7 +32,7 @@ from authn_gateway.edge.metrics import EdgeMetrics
 from authn_gateway.edge.pinned import TESTED_UVICORN_MINORS, untested_uvicorn
 from authn_gateway.edge.tls import ServerTLS, TLSError
 from authn_gateway.kube_status import render_error
-from authn_gateway.observe.internal_errors import internal_error
+from authn_gateway.observe.internal_errors import internal_error, unexpected
 from authn_gateway.observe.logsetup import configure_logging
 from authn_gateway.review.pipeline import GATEWAY
 from authn_gateway.serve.app import GatewayApp, Receive, Scope, Send
@@ -285,6 +285,9 @@ def _run_process(config: GatewayConfig, source: Path | None, worker: int) -> int
             runner.run(run(config, source, worker))
     except (TLSError, OSError, ConfigError) as exc:
         log.error("%s", exc)
+        return 1
+    except Exception as exc:  # a bug of ours: one line by type and place, no message
+        log.error("the gateway stopped: %s", unexpected(exc))
         return 1
     finally:
         for sig, handler in previous.items():

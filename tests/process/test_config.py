@@ -107,8 +107,9 @@ def _one_clean_line(result: subprocess.CompletedProcess[str]) -> str:
         ({"server": {"tls": {"cert_file": "{d}", "key_file": "{d}/k"}}}, "a directory"),
         ({"redis": {"url": "redis://127.0.0.1:notaport/0"}, "secret": STRONG}, "redis"),
         ({"server": {"audit_log": "{d}/nope/audit.jsonl"}}, "nope"),
+        ({"server": {"tls": {"cert_file": "{d}/gw.yaml", "key_file": "{d}/gw.yaml"}}}, "no PEM"),
     ],
-    ids=["missing-cert", "directory-as-cert", "redis-port", "audit-log-dir"],
+    ids=["missing-cert", "directory-as-cert", "redis-port", "audit-log-dir", "cert-not-pem"],
 )
 def test_check_config_and_serve_refuse_the_same_files(
     tmp_path: Path, server_or_redis: dict[str, object], named: str

@@ -245,7 +245,7 @@ def test_a_fifo_put_in_place_after_the_check_is_refused_without_blocking(
 ) -> None:
     fifo = make_hostile("fifo", tmp_path / "fifo")
     # As if the file were swapped for the FIFO between the check and the open.
-    monkeypatch.setattr(files, "check_file", lambda path, limit: None)
+    monkeypatch.setattr(files, "check_file", lambda path, limit, pipes=False: None)
     with pytest.raises(FileRefused) as err:
         read_file(fifo, 1024)
     assert str(err.value) == f"{fifo}: a FIFO, not a regular file"
