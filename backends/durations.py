@@ -10,8 +10,10 @@ error (an infinite timeout). The ceilings are documented in config/gateway.yaml.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Annotated, Any
 
+import annotated_types
 import limits
 from pydantic import BeforeValidator, Field
 
@@ -44,9 +46,32 @@ def finite(*, le: float, gt: float | None = None, ge: float | None = None) -> An
     return Field(gt=gt, ge=ge, le=le, allow_inf_nan=False)
 
 
+class Whole(annotated_types.GroupedMetadata):
+    """The constraints of an int field: ``[ge, le]``, and a value no int can be (an
+    infinity, NaN, or an integer too long to read, which safe_yaml reads as infinity)
+    said as what the field takes, not as pydantic's "Input should be a finite number"."""
+
+    def __init__(self, *, ge: int, le: int) -> None:
+        self.ge, self.le = ge, le
+
+    def __iter__(self) -> Iterator[Any]:
+        yield BeforeValidator(self._not_infinite)
+        yield annotated_types.Ge(self.ge)
+        yield annotated_types.Le(self.le)
+
+    def _not_infinite(self, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            if value > 0:
+                raise ValueError(f"must be a whole number at most {self.le}")
+            if value < 0:
+                raise ValueError(f"must be a whole number at least {self.ge}")
+            raise ValueError(f"must be a whole number from {self.ge} to {self.le}")
+        return value
+
+
 def count(*, le: int = COUNT_MAX, ge: int = 1) -> Any:
-    """The constraint of an int field: every one has a ceiling."""
-    return Field(ge=ge, le=le)
+    """The constraint of an int field: every one has a ceiling (:class:`Whole`)."""
+    return Whole(ge=ge, le=le)
 
 
 Timeout = Annotated[float, finite(gt=0, le=TIMEOUT_MAX)]

@@ -92,7 +92,7 @@ class GitLabGroupSettings(Strict):
     cache_ttl_seconds: Age = 300.0
     cache_max_users: Annotated[int, count()] = 10_000
     # A user with more pages than this is rejected rather than given half their groups.
-    max_pages: int = Field(default=10, ge=1, le=100)
+    max_pages: Annotated[int, count(ge=1, le=100)] = 10
 
 
 @register

@@ -46,7 +46,7 @@ class RedisSettings(Strict):
     # live local identities back, at most this many per second, most recently used
     # first, never over an entry Redis holds. 500/s: 100 000 identities in 200 s, for
     # about half the client CPU of 500 cache writes a second (docs/decisions.md).
-    write_back_per_second: int = Field(default=500, ge=1, le=100_000)
+    write_back_per_second: Annotated[int, count(ge=1, le=100_000)] = 500
     # How often each replica counts the identities in Redis
     # (authn_gateway_shared_cache_identities). An emptied Redis is noticed apart from
     # this, every second (cache/repair.py).

@@ -19,12 +19,12 @@ class LoggingSettings(Strict):
     reviews: bool = True
     # Lines (review and process logs) waiting for stderr's reader. When it falls
     # behind and this fills, new lines are dropped and counted, never waited for.
-    queue_lines: int = Field(default=10_000, ge=100, le=10_000_000)
+    queue_lines: Annotated[int, count(ge=100, le=10_000_000)] = 10_000
     # Unavailable answers with the same backend and reason: the first in each window
     # is logged, the rest become one review_summary line with a count. 0: every line.
     outage_summary_seconds: Annotated[float, finite(ge=0, le=HOUR)] = 1.0
     # The audit log's own queue (server.audit_log); every decision gets a line there.
-    audit_queue_lines: int = Field(default=100_000, ge=100, le=10_000_000)
+    audit_queue_lines: Annotated[int, count(ge=100, le=10_000_000)] = 100_000
 
 
 class ReadinessSettings(Strict):

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from authn_gateway.secret_strength import StrongSecret
-from backends.durations import HOUR, Interval, Timeout, finite
+from backends.durations import HOUR, Interval, Timeout, count, finite
 from backends.settings import FilePath, Strict, usable_path
 
 
@@ -40,18 +40,18 @@ class OpsListenerSettings(Strict):
 
     # Empty: the review port's host.
     host: str = ""
-    port: int = Field(ge=0, le=65535)
+    port: Annotated[int, count(ge=0, le=65535)]
 
 
 class ServerSettings(Strict):
     host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
+    port: Annotated[int, count(ge=0, le=65535)] = 8080
     # kube-apiserver calls this path with ?timeout=30s appended.
     review_path: str = Field(default="/authenticate", pattern=r"^/[^?#]*$")
-    max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_body_bytes: Annotated[int, count(ge=1024, le=16 * 1024 * 1024)] = 64 * 1024
     # Request line plus headers; larger gets 431 and the connection is closed.
-    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
-    max_headers: int = Field(default=64, ge=8, le=1024)
+    max_header_bytes: Annotated[int, count(ge=1024, le=1024 * 1024)] = 16 * 1024
+    max_headers: Annotated[int, count(ge=8, le=1024)] = 64
     # A connection must deliver a complete request head within this (from connecting,
     # or from the first byte of a later request on a kept-alive connection), and
     # finish a TLS handshake within it; else it is closed (408 when a head was begun).
@@ -66,7 +66,7 @@ class ServerSettings(Strict):
     # A connection holds under 200 KiB of RSS whatever it sends, 300 over TLS
     # (docs/operations.md, "What one connection can cost"): 500 fit the pod's 512 MiB
     # beside a full cache; kube-apiserver needs a handful.
-    max_connections: int = Field(default=500, ge=1, le=100_000)
+    max_connections: Annotated[int, count(ge=1, le=100_000)] = 500
     # Drain in-flight reviews this long on SIGTERM before closing connections.
     graceful_shutdown_seconds: Annotated[float, finite(gt=0, le=HOUR)] = 10.0
     # On SIGTERM an idle kept-alive connection waits this long for one more request,
@@ -84,7 +84,7 @@ class ServerSettings(Strict):
     ops: OpsListenerSettings | None = None
     # Processes sharing the review port (SO_REUSEPORT). In-memory state is per process;
     # see docs/operations.md. Worker i serves its metrics on ops.port + i.
-    workers: int = Field(default=1, ge=1, le=64)
+    workers: Annotated[int, count(ge=1, le=64)] = 1
     # JSON-lines audit log of every decision: a file path, or "-" for stdout.
     audit_log: str | None = None
 

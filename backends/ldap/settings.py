@@ -3,13 +3,13 @@ groups are found, the token's form, the service-account pool."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from backends.base import Backend
 from backends.budget import UNLIMITED, CallBudget
-from backends.durations import Interval
+from backends.durations import Interval, count
 from backends.http import TLSClientSettings
 from backends.registry import build_registered, register
 from backends.settings import BackendSettings, Secret, Strict
@@ -23,7 +23,7 @@ AD_NESTED_FILTER = f"(member:{AD_IN_CHAIN}:={{dn}})"
 
 class LDAPPoolSettings(Strict):
     # Service-account connections, and threads: one LDAP exchange in flight per connection.
-    size: int = Field(default=4, ge=1, le=64)
+    size: Annotated[int, count(ge=1, le=64)] = 4
     # A service connection idle this long is replaced before use: firewalls, and AD
     # (MaxConnIdleTime, 900 s), drop idle connections silently, and a silent drop
     # would cost a whole read timeout to notice.

@@ -49,6 +49,25 @@ def test_every_number_field_refuses_what_is_not_a_sane_finite_number(spot: Spot)
         assert "9" * 50 not in str(err.value)
 
 
+WHOLE = [s for s in NUMBERS if s.kind is int]
+
+
+@pytest.mark.parametrize("spot", WHOLE, ids=lambda s: f"{s.backend or 'gateway'}:{s.name}")
+def test_an_int_field_says_what_it_takes_of_a_number_no_int_can_be(spot: Spot) -> None:
+    # A 5,001-digit integer (past what int() reads: safe_yaml reads it as infinity) and
+    # .inf are "must be a whole number at most N", not "Input should be a finite number".
+    (ceiling,) = {m.le for m in spot.field.metadata if hasattr(m, "le")} or {None}
+    for text in ["9" * 5001, ".inf"]:
+        source = yaml.safe_dump(document(spot, "NUMBER")).replace("NUMBER", text)
+        with pytest.raises(ConfigError) as err:
+            parse_config(source, "gw.yaml")
+        assert err.value.problems == [f"{spot.name}: must be a whole number at most {ceiling}"]
+    with pytest.raises(ConfigError) as err:
+        parse_config(yaml.safe_dump(document(spot, -math.inf)), "gw.yaml")
+    [problem] = err.value.problems
+    assert problem.startswith(f"{spot.name}: must be a whole number at least "), problem
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
