@@ -60,14 +60,17 @@ class ReviewTally(Collector):
         self._latency: dict[str, list[float]] = {}
 
     def review(
-        self, api_version: str, backend: str, answer: str, seconds: float, cluster: str
+        self, api_version: str, backend: str, answer: str, seconds: float, cluster: str | None
     ) -> None:
+        """One review answered; ``cluster`` None when no clusters are configured (the
+        per-cluster family then stays empty: everyone is ``default``)."""
         key = (api_version, backend, answer)
         counts = self._counts
         counts[key] = counts.get(key, 0) + 1
-        by_cluster = self._by_cluster
-        per = (cluster, answer)
-        by_cluster[per] = by_cluster.get(per, 0) + 1
+        if cluster is not None:
+            by_cluster = self._by_cluster
+            per = (cluster, answer)
+            by_cluster[per] = by_cluster.get(per, 0) + 1
         hist = self._latency.get(answer)
         if hist is None:
             hist = self._latency[answer] = [0.0] * (len(LATENCY_BUCKETS) + 2)

@@ -43,6 +43,7 @@ from authn_gateway.serve.webhook_http import (
     send_json,
 )
 from backends.base import Authenticated, Verdict
+from backends.context import ReviewContext
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class Waiting:
     caller: str
     started: float
     run: Suspended[Verdict]
+    #: What the pipeline started it with: its cluster, and how its target reads it.
+    context: ReviewContext
 
 
 #: What a request's steps give: a 200's body, a refusal, or a review still waiting.
@@ -149,6 +152,7 @@ class ReviewEndpoint:
             return self._unreadable(exc)
         started = time.perf_counter()
         caller = caller_identity(scope)
+        context: ReviewContext | None = None
         try:
             step = self.pipeline.start(review.token, review.audiences, caller)
             if not isinstance(step, Verdict):
@@ -156,12 +160,12 @@ class ReviewEndpoint:
                 run = run_eagerly(target.review(context))
                 if isinstance(run, Suspended):
                     self.in_flight += 1  # a reload closes this generation once it is 0
-                    return Waiting(review, caller, started, run)
+                    return Waiting(review, caller, started, run, context)
                 step = self.pipeline.finish(run)
         except Exception as exc:
             # Last line of defence: the answer rules never allow a 500.
             step = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-        return self._answer(review, step, caller, started)
+        return self._answer(review, step, caller, started, context)
 
     async def _carry_on(self, waiting: Waiting) -> bytes:
         """A :class:`Waiting` review, carried on from its stack's first wait, in a task."""
@@ -170,7 +174,9 @@ class ReviewEndpoint:
                 verdict = self.pipeline.finish(await waiting.run.resume())
             except Exception as exc:
                 verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
-            return self._answer(waiting.review, verdict, waiting.caller, waiting.started)
+            return self._answer(
+                waiting.review, verdict, waiting.caller, waiting.started, waiting.context
+            )
         finally:
             self.in_flight -= 1
 
@@ -183,29 +189,46 @@ class ReviewEndpoint:
         return self.refusals.refused(status, message, headers)
 
     def _answer(
-        self, review: ReviewRequest, verdict: Verdict, caller: str, started: float
+        self,
+        review: ReviewRequest,
+        verdict: Verdict,
+        caller: str,
+        started: float,
+        context: ReviewContext | None = None,
     ) -> bytes:
-        """The 200's body; counts and logs the review."""
+        """The 200's body; counts and logs the review. ``context``: what the pipeline
+        started it with (None: refused before a target was chosen)."""
         try:
-            return self._render_count_log(review, verdict, caller, started)
+            return self._render_count_log(review, verdict, caller, started, context)
         except Exception as exc:
             # Rendering, counting or logging failed: the error answer, rendered alone.
             verdict = Verdict(internal_error(GATEWAY, exc, self.metrics), GATEWAY)
             return render_verdict(review.api_version, verdict).body
 
     def _render_count_log(
-        self, review: ReviewRequest, verdict: Verdict, caller: str, started: float
+        self,
+        review: ReviewRequest,
+        verdict: Verdict,
+        caller: str,
+        started: float,
+        context: ReviewContext | None,
     ) -> bytes:
         outcome = verdict.outcome
         body, answer = self._render(review.api_version, verdict)
         elapsed = time.perf_counter() - started
-        clusters = self.clusters
-        cluster = clusters.of(caller)
+        # (No clusters configured: every caller is default, and nothing is counted by it.)
+        cluster = None
+        if self.clusters.configured:
+            cluster = context.cluster if context is not None else self.clusters.of(caller)
         self.count_review(review.api_version, verdict.backend, answer, elapsed, cluster)
         if self.review_log is None and self.audit_log is None:
             return body
-        # Of the credential the backend reads, however it was sent (a routed prefix).
-        token_id = self.pipeline.token_id(review.token, cluster)
+        # Of the credential the backend reads, however it was sent (a routed prefix):
+        # as the review's target read it, else routed again (a local refusal).
+        if context is not None:
+            token_id = self.gateway.hasher.token_id(context.credential())
+        else:
+            token_id = self.pipeline.token_id(review.token, cluster)
         if self.review_log is not None:
             user = (
                 outcome.user.username
@@ -222,7 +245,7 @@ class ReviewEndpoint:
                 user=user,
                 reason=None if isinstance(outcome, Authenticated) else outcome.reason,
                 caller=caller,
-                cluster=cluster if clusters.configured else None,
+                cluster=cluster,
             )
         if self.audit_log is not None:
             self.audit_log.write(
@@ -232,7 +255,7 @@ class ReviewEndpoint:
                 outcome=outcome,
                 token_id=token_id,
                 stale=verdict.stale,
-                cluster=cluster if clusters.configured else None,
+                cluster=cluster,
             )
         return body
 
