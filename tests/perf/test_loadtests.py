@@ -291,3 +291,10 @@ def test_the_jwt_scenarios_run_as_documented() -> None:
     # docs/backends/jwt.md quotes `python -m loadtests.jwt_scenarios all --duration 20`.
     out = run_documented("loadtests.jwt_scenarios", "all", "--duration", "3")
     assert "issuer fetches per minute" in out
+
+
+def test_the_config_parse_measurement_runs_as_documented() -> None:
+    # docs/decisions.md and loadtests/README.md quote `python -m loadtests.config_parse`.
+    out = run_documented("loadtests.config_parse", "--kib", "64", "--rounds", "1")
+    assert "| python | " in out and "validation of the data" in out, out
+    assert "| libyaml | " in out and "python / libyaml: " in out, out

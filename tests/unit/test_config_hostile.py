@@ -1,19 +1,32 @@
 """No config file ends in a traceback (issue 36, item 3): YAML nested 5,000 deep, a
 5,001-digit integer, alias bombs, values no constructor builds, control characters,
 huge files and secret files. Each is a ConfigError of one line that says where, never
-quoting the text."""
+quoting the text: with either YAML loader (safe_yaml's Python one and its libyaml one).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import yaml
 
-from authn_gateway.config import ConfigError, load_config, parse_config
+from authn_gateway.config import ConfigError, load_config, parse_config, safe_yaml
 from authn_gateway.config.safe_yaml import MAX_BYTES, MAX_DEPTH, MAX_NODES
 from tests.support.config_helpers import MINIMAL, STRONG
 
 SECRETISH = "Zq9sEcReTvAlUe"
+LOADERS = [safe_yaml.SafeConfigLoader] + (
+    [safe_yaml.FastConfigLoader] if yaml.__with_libyaml__ else []
+)
+
+
+@pytest.fixture(autouse=True, params=LOADERS, ids=lambda loader: loader.__name__)
+def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[object]:
+    """Each test with each loader: PyYAML's parser in Python, and libyaml's (what
+    safe_yaml.load uses when PyYAML has it) under the same checks (docs/decisions.md)."""
+    monkeypatch.setattr(safe_yaml, "LOADER", request.param)
+    return request.param  # type: ignore[no-any-return]
 
 
 def problems(text: str) -> list[str]:
@@ -195,8 +208,6 @@ def test_a_type_tag_with_a_line_break_stays_on_its_line() -> None:
 def test_a_file_name_open_cannot_take_is_one_line_naming_the_field(
     field: str, value: str, message: str
 ) -> None:
-    import yaml
-
     section, *rest = field.split(".")
     doc: dict[str, object] = yaml.safe_load(MINIMAL)
     node: dict[str, object] = doc.setdefault(section, {})  # type: ignore[assignment]
@@ -205,3 +216,25 @@ def test_a_file_name_open_cannot_take_is_one_line_naming_the_field(
         rest = rest[1:]
     node[rest[0]] = value
     assert problems(yaml.safe_dump(doc)) == [f"{field}: {message}"]
+
+
+def test_the_loaders_read_the_shipped_configs_alike() -> None:
+    root = Path(__file__).resolve().parents[2]
+    shipped = [root / "config" / "gateway.yaml", *sorted((root / "deploy").rglob("gateway.yaml"))]
+    assert len(shipped) > 2
+    for path in shipped:
+        text = path.read_text()
+        read = [yaml.load(text, Loader=loader) for loader in LOADERS]
+        assert all(r == read[0] for r in read), path
+
+
+def test_a_file_with_no_anchor_is_not_walked_for_aliases_and_one_with_them_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walked: list[object] = []
+    real = safe_yaml._expanded_size
+    monkeypatch.setattr(safe_yaml, "_expanded_size", lambda node: walked.append(node) or real(node))
+    parse_config(MINIMAL, "gw.yaml")
+    assert walked == []
+    parse_config(MINIMAL + "audiences: &a [x]\n", "gw.yaml")
+    assert len(walked) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -74,7 +75,9 @@ async def test_a_file_nested_5000_deep_is_refused_then_a_valid_one_applies(
     with caplog.at_level(logging.INFO):
         assert await reloader.reload() is False
     [line] = refusals(caplog)
-    assert line == f"{REFUSED}{reloader.source}: line 1, column 65: nested more than 64 levels deep"
+    # The column is where the scanner stopped: libyaml's reads ahead to its own bound.
+    where = f"{re.escape(REFUSED)}{reloader.source}: line 1, column \\d+: "
+    assert re.fullmatch(where + "nested more than 64 levels deep", line), line
     assert reloads(reloader, "refused") == 1
     assert last_successful(reloader) == 0
     assert reloader.app.generation is running
