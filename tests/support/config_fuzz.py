@@ -15,12 +15,13 @@ import math
 import re
 import string
 import types
+from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import httpx
 import yaml
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from authn_gateway.config import GatewayConfig
@@ -33,6 +34,7 @@ from tests.support.config_schema import (
     place,
     spots,
 )
+from tests.support.hostile_files import hostile_paths
 from tests.support.procs import review_body
 
 TOKEN = "fuzz-static-token"
@@ -151,12 +153,26 @@ def _constraints(spot: Spot) -> dict[str, float]:
     return found
 
 
+#: Fields that name a file the gateway reads: a path, or a secret given as file:PATH.
+READ_FILES = frozenset({Path, SecretStr})
+
+
+def hostile_files(spot: Spot) -> st.SearchStrategy[str]:
+    """A file no reader may take (a device, a FIFO, a directory, a huge sparse file:
+    tests/support/hostile_files.py), named as the spot names a file."""
+    paths = st.sampled_from(hostile_paths())
+    return paths.map(lambda p: f"file:{p}") if spot.kind is SecretStr else paths
+
+
 def typed(spot: Spot) -> st.SearchStrategy[Any]:
-    """Values of the spot's own type: in its bounds, at them and just past them."""
+    """Values of the spot's own type: in its bounds, at them and just past them; for a
+    file the gateway reads, also a file it must refuse."""
     literals = literal_values(spot.annotation)
     if literals:
         return st.sampled_from(literals)
     kind = spot.kind
+    if kind in READ_FILES:
+        return hostile_files(spot) | _shaped(_plain(spot.annotation))
     bounds = _constraints(spot)
     low = bounds.get("ge", bounds.get("gt", -1e6))
     high = bounds.get("le", bounds.get("lt", 1e6))
@@ -191,14 +207,22 @@ def _shaped(annotation: Any) -> st.SearchStrategy[Any]:
 WRITTEN = frozenset({"server.audit_log", "deny_list.file"})
 
 
+#: The fields that name a file the gateway reads, found by the walk.
+FILE_SPOTS = [s for s in SPOTS if s.kind in READ_FILES]
+
+
 @st.composite
-def field_documents(draw: st.DrawFn, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
+def field_documents(
+    draw: st.DrawFn,
+    leave_out: frozenset[str] = frozenset(),
+    among: list[Spot] | None = None,
+) -> dict[str, Any]:
     """A valid document with arbitrary values in one or two fields (but those named in
-    ``leave_out``): the serving static backend first, then (for a backend's fields) a
-    backend of that type."""
-    fields = [s for s in SPOTS if s.name not in leave_out]
+    ``leave_out``; the first one ``among`` these when given): the serving static backend
+    first, then (for a backend's fields) a backend of that type."""
+    fields = [s for s in (among or SPOTS) if s.name not in leave_out]
     first = draw(st.sampled_from(fields))
-    same = [s for s in fields if s.backend in (None, first.backend)]
+    same = [s for s in SPOTS if s.name not in leave_out and s.backend in (None, first.backend)]
     chosen = [first, *draw(st.lists(st.sampled_from(same), max_size=1))]
     doc: dict[str, Any] = {"backends": [copy.deepcopy(SERVING)]}
     backend = next((s.backend for s in chosen if s.backend), None)

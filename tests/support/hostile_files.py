@@ -5,7 +5,11 @@ no disk). Each is what backends/files.py refuses, with the words it says it in."
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from backends.files import size_text
@@ -48,3 +52,14 @@ def refusal(kind: str, limit: int) -> str:
         "directory": "a directory, not a regular file",
         "huge": f"larger than {size_text(limit)}",
     }[kind]
+
+
+@functools.cache
+def hostile_paths() -> tuple[str, ...]:
+    """One file of each kind, made once per process in a directory of its own (removed
+    at exit), by absolute path: for the config fuzz to put in any path field, read by
+    check-config in this process or by a gateway process it starts."""
+    where = Path(tempfile.mkdtemp(prefix="authn-gateway-hostile-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    made = [make_hostile(kind, where / kind) for kind in KINDS if kind != "device"]
+    return ("/dev/zero", *(str(path) for path in made))

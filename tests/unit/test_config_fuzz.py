@@ -7,8 +7,10 @@ bounds) in one to three of the schema's fields (tests/support/config_fuzz.py), g
 "invalid configuration" and lines that each name a field or a position, or it exits 0,
 and then what serve builds before it listens is built from the file (the gateway, the
 edge's limits, uvicorn's config) and a review of the static token is answered through
-the ASGI app without an internal error. tests/process/test_config_fuzz_reload.py holds a
-running gateway's reload to the same property."""
+the ASGI app without an internal error. A field that names a file the gateway reads
+also gets a device, a FIFO, a directory or a huge sparse file (a test of its own draws
+those fields first). tests/process/test_config_fuzz_reload.py holds a running
+gateway's reload to the same property."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from authn_gateway.serve.app import GatewayApp
 from authn_gateway.serve.gateway import Gateway
 from authn_gateway.serve.server import CallersOnly, ReviewOnly, _uvicorn_config, edge_limits
 from tests.support.config_fuzz import (
+    FILE_SPOTS,
     REVIEW,
     SERVING,
     check_answer,
@@ -39,6 +42,7 @@ from tests.support.config_fuzz import (
     yaml_texts,
 )
 from tests.support.config_helpers import STRONG
+from tests.support.config_schema import BACKENDS
 from tests.support.fuzz import examples
 
 
@@ -130,6 +134,31 @@ def test_the_serving_document_itself_is_accepted_and_authenticates() -> None:
 def test_any_values_in_the_fields_are_named_errors_or_a_config_that_serves(
     doc: dict[str, Any],
 ) -> None:
+    holds(dump(doc), doc)
+
+
+def test_the_walk_finds_every_file_the_gateway_reads() -> None:
+    names = {(s.backend, s.name) for s in FILE_SPOTS}
+    assert {
+        (None, "server.tls.cert_file"),
+        (None, "server.tls.client_ca_file"),
+        (None, "authorization.keystone_policy_file"),
+        (None, "deny_list.file"),
+        (None, "secret"),
+        ("static", "backends[0].file"),
+        ("ldap", "backends[0].tls.ca_file"),
+        ("keystone", "backends[0].service.password"),
+    } <= names
+
+
+@settings(max_examples=examples(30))
+@given(field_documents(among=FILE_SPOTS))
+# A FIFO with no writer as a CA bundle hung check-config; /dev/zero as a token file
+# was read until memory ran out.
+@example({"backends": [SERVING, {**BACKENDS["userinfo"], "tls": {"ca_file": "/dev/zero"}}]})
+def test_a_hostile_file_in_any_field_naming_a_file_is_a_named_error(doc: dict[str, Any]) -> None:
+    # Mostly the files of tests/support/hostile_files.py, in one field that names a file
+    # (and maybe another value elsewhere): never a hang, always a line naming a field.
     holds(dump(doc), doc)
 
 
