@@ -8,6 +8,7 @@ factory and one entry in the list. See docs/architecture.md for the picture.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -167,13 +168,16 @@ def concurrency_limiter(
 ) -> ConcurrencyLimiter:
     c = settings.concurrency
     # Each replica limits its own calls; in a fleet each aims at its share of the IdP's
-    # queue, so the fleet's total stays what one replica would keep.
+    # queue, and starts from its share of the first round, so the fleet's total stays
+    # what one replica would keep (three replicas at 20 each sent 60 calls to an IdP
+    # serving 4 before any had measured it: loadtests.clusters, docs/operations.md).
     share = config.redis.expected_replicas if config.redis is not None else 1
+    initial = max(c.min_limit, math.ceil(c.initial_limit / share))
     shares = bucket_shares(config)
     limiter = ConcurrencyLimiter(
         VegasLimit(
             VegasSettings(
-                initial=c.initial_limit,
+                initial=initial,
                 min_limit=c.min_limit,
                 max_limit=c.max_limit,
                 alpha=c.queue_low / share,
