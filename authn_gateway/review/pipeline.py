@@ -46,8 +46,12 @@ __all__ = ["GATEWAY", "Pipeline", "Verdict"]
 
 
 def _credential_of(route: Route[Authenticator]) -> str:
+    """The credential the route's target reads; the token as sent where no backend on
+    the route could accept it (it reaches none, so no backend's reading is its)."""
     target = route.target
-    return route.token if target is None else target.credential(route.token)
+    if target is None or not target.could_accept(route.token):
+        return route.token
+    return target.credential(route.token)
 
 
 class Pipeline:
@@ -117,6 +121,16 @@ class Pipeline:
     def token_id(self, token: str, cluster: str | None = None) -> str:
         """The id the review and audit logs show for ``token`` (:meth:`credential`)."""
         return self.hasher.token_id(self.credential(token, cluster))
+
+    def credential_read_by(self, backend: str, context: ReviewContext) -> str:
+        """The credential the review's token carries as ``backend`` (the one that
+        answered it, or the chain's member named in its verdict) reads it; as the
+        review's target reads it when no single backend answered. The cache entry that
+        backend wrote carries the same (its cache layer reads as its backend does)."""
+        stack = self.backends.get(backend)
+        if stack is None:
+            return context.credential()
+        return stack.top.credential(context.token)
 
     def _router_for(self, cluster: str | None) -> Router[Authenticator]:
         """The router of every cluster, or a restricted cluster's own."""

@@ -104,11 +104,16 @@ class Chain:
         return any(m.could_accept(token) for m in self.members)
 
     def credential(self, token: str) -> str:
-        """The first member's reading that is not the token as sent, else the token.
-        One credential, one reading: the token formats that backends re-spell (an LDAP
-        ``user:password``, a Keystone fernet token) never overlap, so at most one
-        member re-spells a given token, and the chain reads it as that member does."""
+        """The first member's reading that is not the token as sent, of the members that
+        could accept it (those the chain asks), else the token. One credential, one
+        reading: the token formats that backends re-spell (an LDAP ``user:password``, a
+        Keystone fernet token) never overlap, so at most one member that could accept a
+        token re-spells it; a member that could not (a fernet token too short for
+        Keystone's precheck) never sees it, and its reading is no one's. The pipeline's
+        deny check also takes the token as sent, which every other member reads."""
         for member in self.members:
+            if not member.could_accept(token):
+                continue
             read = member.credential(token)
             if read != token:
                 return read

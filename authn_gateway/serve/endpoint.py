@@ -224,9 +224,10 @@ class ReviewEndpoint:
         if self.review_log is None and self.audit_log is None:
             return body
         # Of the credential the backend reads, however it was sent (a routed prefix):
-        # as the review's target read it, else routed again (a local refusal).
+        # as the backend that answered read it, else routed again (a local refusal).
         if context is not None:
-            token_id = self.gateway.hasher.token_id(context.credential())
+            credential = self.pipeline.credential_read_by(verdict.backend, context)
+            token_id = self.gateway.hasher.token_id(credential)
         else:
             token_id = self.pipeline.token_id(review.token, cluster)
         if self.review_log is not None:

@@ -101,6 +101,9 @@ def config(directory: Slapd, password_file: Path, **top: Any) -> dict[str, Any]:
              "service": {"username": "gw", "password": "pw", "system_scope": "all"},
              "fernet_precheck": True,
              "prefix": "ks-", "strip_prefix": True, "in_chain": True},
+            {"name": "kn", "type": "keystone", "auth_url": f"http://127.0.0.1:{closed}",
+             "service": {"username": "gw", "password": "pw", "system_scope": "all"},
+             "fernet_precheck": False, "prefix": "kn-", "strip_prefix": True},
             {"name": "chained", "type": "static", "prefix": "c-", "strip_prefix": True,
              "in_chain": True, "tokens": [{"token": OPAQUE, "username": "carl"}]},
             {"name": "whole", "type": "static", "prefix": "n-",
@@ -235,7 +238,7 @@ def test_a_prefix_that_is_not_stripped_is_part_of_the_credential(gw: Running) ->
         gw.lift(gw.token_id(OPAQUE))
 
 
-ROUTED = ("s-", "m-", "c-", "n-", "ks-")
+ROUTED = ("s-", "m-", "c-", "n-", "ks-", "kn-")
 
 
 @given(token=st.text(min_size=1, max_size=40).filter(lambda t: not t.startswith(ROUTED)))
@@ -243,10 +246,27 @@ def test_one_string_stripped_of_any_prefix_has_the_id_it_has_on_the_chain(
     gw: Running, token: str
 ) -> None:
     """What the backend sees decides, whichever backend: an id denied refuses the string
-    wherever a prefix routes it (no backend ever sees the prefix it strips)."""
+    wherever a prefix routes it (no backend ever sees the prefix it strips). A backend
+    that could not accept the string ("ks"'s fernet precheck: under 119 characters) never
+    sees it, so its reading is no one's: the string stands as sent (CI's failing case was
+    ``gB``, which Keystone would read as ``gA``)."""
     ids = {gw.token_id(prefix + token) for prefix in ("", "s-", "m-", "c-", "ks-")}
     assert len(ids) == 1, token
     assert gw.token_id("n-" + token) == TokenHasher(SECRET.encode()).token_id("n-" + token)
+    # Without the precheck Keystone is sent any visible ASCII, and reads it as it does.
+    if gw.gateway.pipeline.backends["kn"].top.could_accept(token):
+        expected = TokenHasher(SECRET.encode()).token_id(canonical_fernet(token))
+        assert gw.token_id("kn-" + token) == expected, token
+
+
+def test_a_chain_member_that_could_not_accept_a_token_does_not_read_it(gw: Running) -> None:
+    """``gB`` decodes to a fernet version byte, so Keystone would read it as ``gA``; but
+    "ks" checks fernet tokens' form first and is never asked, and the static member
+    that is asked reads it as sent: the chain's id is the static member's."""
+    assert canonical_fernet("gB") == "gA"
+    plain = TokenHasher(SECRET.encode()).token_id("gB")
+    assert gw.token_id("gB") == gw.token_id("c-gB") == gw.token_id("ks-gB") == plain
+    assert gw.token_id("kn-gB") == TokenHasher(SECRET.encode()).token_id("gA")
 
 
 def test_a_cluster_refused_a_backend_logs_its_tokens_under_the_ids_they_have_elsewhere(
@@ -343,19 +363,70 @@ def _as_keystone_reads(token: str) -> bytes:
     return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
 
 
-@given(pair=fernet_spelling(), route=st.sampled_from(("ks-", "")))
+@given(pair=fernet_spelling(), route=st.sampled_from(("ks-", "kn-", "")))
 def test_a_fernet_token_spelled_any_way_keystone_reads_it_has_its_id_and_is_denied(
     gw: Running, pair: tuple[str, str], route: str
 ) -> None:
+    """Every spelling a Keystone is sent has the issued token's id, and its denial refuses
+    it. "ks" (and the chain, where "ks" is the only member that re-spells) checks a
+    fernet token's form first: a spelling outside it (skipped characters, the standard
+    alphabet) reaches no Keystone, keeps its own id and is refused unasked."""
     issued, spelled = pair
     assert _as_keystone_reads(spelled) == _as_keystone_reads(issued)  # one token to Keystone
     assert canonical_fernet(spelled) == issued
-    assert gw.token_id(route + spelled) == gw.token_id("ks-" + issued) == gw.token_id(issued)
+    prechecked = gw.gateway.pipeline.backends["ks"].top
+    reaches_keystone = route == "kn-" or prechecked.could_accept(spelled)
+    plain = TokenHasher(SECRET.encode()).token_id(spelled)
+    expected = gw.token_id(issued) if reaches_keystone else plain
+    assert gw.token_id(route + spelled) == expected
+    assert gw.token_id("ks-" + issued) == gw.token_id("kn-" + issued) == gw.token_id(issued)
     gw.deny(gw.token_id(issued))
     try:
-        assert _denied(gw.review(route + spelled))
+        verdict = gw.review(route + spelled)
+        if reaches_keystone:
+            assert _denied(verdict)
+        else:  # Keystone was not asked; the static member does not know it
+            assert isinstance(verdict.outcome, Rejected)
+            assert _denied(verdict) == (spelled == issued), spelled  # denied as sent only
     finally:
         gw.lift(gw.token_id(issued))
+
+
+def test_the_log_shows_the_id_of_the_member_that_answered_and_its_denial_holds_everywhere(
+    directory: Slapd, service_password_file: Path
+) -> None:
+    """A chain whose Keystone (down) would re-spell a string that its static member
+    holds: the static member answers, so the review log shows the static credential's
+    id, and denying that id refuses the string on the chain and on the static prefix."""
+    raw = b"\x80" + bytes(8) + bytes(range(16, 96))  # version, timestamp 0, the rest
+    spelled = base64.urlsafe_b64encode(raw).decode()  # padded: Keystone reads it unpadded
+    assert canonical_fernet(spelled) != spelled
+    settings = config(directory, service_password_file)
+    static = next(b for b in settings["backends"] if b["name"] == "chained")
+    static["tokens"].append({"token": spelled, "username": "fern"})
+    running = Running(settings)
+    try:
+        pipeline = running.gateway.pipeline
+
+        async def answered() -> tuple[Verdict, str]:
+            started = pipeline.start(spelled, (), "test")
+            assert not isinstance(started, Verdict)
+            target, context = started
+            assert target.could_accept(spelled)  # Keystone is asked first (and is down)
+            assert context.credential() == canonical_fernet(spelled)  # the chain's reading
+            verdict = await target.review(context)
+            return verdict, pipeline.credential_read_by(verdict.backend, context)
+
+        verdict, credential = running.runner.run(answered())
+        assert _authenticated_as(verdict, "fern") and verdict.backend == "chained"
+        logged = running.gateway.hasher.token_id(credential)
+        assert logged == TokenHasher(SECRET.encode()).token_id(spelled)
+        assert logged == running.token_id("c-" + spelled)
+        running.deny(logged)
+        for sent in (spelled, "c-" + spelled):
+            assert _denied(running.review(sent)), sent
+    finally:
+        running.close()
 
 
 def test_jwts_and_other_strings_keep_their_own_spelling_through_keystone() -> None:

@@ -161,8 +161,9 @@ class CacheLayer(Layer):
         outcome = verdict.outcome
         if isinstance(outcome, Unavailable):
             return verdict
-        # The id the review log shows: of the credential the review's target reads.
-        token_id = self.hasher.token_id(review.credential())
+        # The id the review log shows: of the credential this backend reads (in a chain,
+        # another member may re-spell what this one takes as sent).
+        token_id = self.hasher.token_id(self.credential(review.token))
         identity = outcome.user if isinstance(outcome, Authenticated) else None
         if self.evictor is not None and self.evictor.evicted_since(
             identity.username if identity else None,
