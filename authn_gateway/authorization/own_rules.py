@@ -107,7 +107,12 @@ def _resource_check(block: ResourceRule) -> Check:
             return False
         if not resources(r.resource, r.subresource):
             return False
-        if excluded_resources is not None and excluded_resources(r.resource, r.subresource):
+        if excluded_resources is not None and (
+            excluded_resources(r.resource, r.subresource)
+            or (r.subresource and excluded_resources(r.resource, ""))
+        ):
+            # An exception takes out the resource with its subresources: "except pods"
+            # shuts out pods/exec too, as k8s-keystone-auth's "!['pods']" does.
             return False
         return any_name or names(r.name)
 

@@ -63,7 +63,9 @@ class ResourceRule(Strict):
     # "*": any namespace, and cluster-scoped requests; "": cluster-scoped requests (and
     # requests across all namespaces) only.
     namespaces: Patterns = Field(default_factory=lambda: ["*"])
-    # Namespaces and resources taken out of the above (k8s-keystone-auth's "!").
+    # Namespaces and resources taken out of the above (k8s-keystone-auth's "!"). A
+    # resource taken out goes with its subresources: "pods" takes out pods/exec and
+    # pods/log too ("pods/exec": that one only; a regex is tried on "pods" as well).
     except_namespaces: list[Pattern] = Field(default_factory=list)
     except_resources: list[Pattern] = Field(default_factory=list)
     # Object names; "*": any, and requests for no one object (list, create).

@@ -105,6 +105,32 @@ def test_namespaces_names_groups_and_exceptions() -> None:
     assert decide(named, res("get", "pods", "a", name="web-1")) == NO_OPINION
 
 
+def test_an_exception_takes_out_the_resource_with_its_subresources() -> None:
+    # k8s-keystone-auth's "!['pods']" never compares the subresource: it shuts out
+    # pods/exec and pods/log too (authorizer.go, resourcePermissionAllowed reads
+    # GetResource() alone). Our "except pods" does the same; "pods/exec" only that one.
+    def can(excepted: list[str], resource: str, subresource: str = "") -> str:
+        rules = [{"resources": [{"verbs": ["*"], "except_resources": excepted}]}]
+        return decide(rules, res("create", resource, "default", subresource))
+
+    assert can(["pods"], "pods") == NO_OPINION
+    assert can(["pods"], "pods", "exec") == NO_OPINION
+    assert can(["pods"], "pods", "log") == NO_OPINION
+    assert can(["pods"], "services", "proxy") == ALLOWED
+    assert can(["pods/exec"], "pods", "exec") == NO_OPINION
+    assert can(["pods/exec"], "pods", "log") == ALLOWED
+    assert can(["pods/exec"], "pods") == ALLOWED
+    assert can(["pods/*"], "pods", "log") == NO_OPINION
+    assert can(["pods/*"], "pods") == ALLOWED
+    assert can(["*/scale"], "deployments", "scale") == NO_OPINION
+    assert can(["~po.*"], "pods", "exec") == NO_OPINION  # tried on "pods" too
+    assert can(["~po.*"], "services") == ALLOWED
+    # In a deny rule, the exception narrows what is denied, subresources included.
+    rules = [{"effect": "deny", "resources": [{"verbs": ["*"], "except_resources": ["pods"]}]}]
+    assert decide(rules, res("create", "pods", "default", "exec")) == NO_OPINION
+    assert decide(rules, res("create", "secrets", "default")) == DENIED
+
+
 def test_paths_exact_prefix_and_regex() -> None:
     paths = ["/healthz", "/apis/*", "~/version/?"]
     rules = [{"non_resources": [{"verbs": ["get"], "paths": paths}]}]
