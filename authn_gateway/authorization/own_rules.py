@@ -147,7 +147,11 @@ def _non_resource_check(block: NonResourceRule) -> Check:
     verbs = frozenset(block.verbs)
     any_verb = "*" in verbs
     exact = [p for p in block.paths if not p.startswith("~") and not p.endswith("*")]
-    prefixes = tuple(p[:-1] for p in block.paths if p.endswith("*") and not p.startswith("~"))
+    # A trailing "*" (or several: "/api**" is "/api*") matches every path that starts
+    # with what is before it, as k8s-keystone-auth's TrimRight(path, "*") does.
+    prefixes = tuple(
+        p.rstrip("*") for p in block.paths if p.endswith("*") and not p.startswith("~")
+    )
     listed = [*exact, *(p for p in block.paths if p.startswith("~"))]
     paths = name_test(listed) if listed else _nothing
 

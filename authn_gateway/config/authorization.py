@@ -77,7 +77,8 @@ class NonResourceRule(Strict):
 
     # HTTP verbs in lower case: get, post, ...; "*": any.
     verbs: Annotated[list[str], Field(min_length=1)]
-    # "/healthz", "/apis/*" (every path under /apis/), "*", or "~regex".
+    # "/healthz", "/apis/*" (every path under /apis/; "/apis**" is "/apis*"), "*", or
+    # "~regex".
     paths: Patterns
 
 

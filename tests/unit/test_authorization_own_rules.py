@@ -142,6 +142,17 @@ def test_paths_exact_prefix_and_regex() -> None:
     assert decide(rules, res("get", "pods")) == NO_OPINION  # a resource request
 
 
+def test_every_trailing_star_of_a_path_is_the_prefix_mark() -> None:
+    # k8s-keystone-auth: HasPrefix(path, TrimRight(rule, "*")) once the rule ends in "*".
+    rules = [{"non_resources": [{"verbs": ["get"], "paths": ["/api**", "/x/*"]}]}]
+    assert decide(rules, nonres("get", "/api")) == ALLOWED
+    assert decide(rules, nonres("get", "/apis/apps")) == ALLOWED
+    assert decide(rules, nonres("get", "/api*")) == ALLOWED
+    assert decide(rules, nonres("get", "/ap")) == NO_OPINION
+    assert decide(rules, nonres("get", "/x/")) == ALLOWED
+    assert decide(rules, nonres("get", "/x")) == NO_OPINION
+
+
 def test_the_first_rule_that_holds_decides() -> None:
     rules = [
         {"effect": "deny", "name": "no-secrets",
