@@ -1,9 +1,9 @@
 """The gateway's own rules (``authorization.rules``) compiled to checks.
 
 The same decisions as k8s-keystone-auth's policy can be written here more plainly
-(docs/authorization.md maps each of its rule kinds): who (``users``, ``groups``,
-``projects``, ``roles``, ``all_roles``: every key given must hold, any value of each),
-what (``resources`` and ``non_resources`` blocks: any block), and the ``effect``. A
+(docs/authorization.md maps each of its rule kinds): who (``users``, ``uids``,
+``groups``, ``projects``, ``roles``, ``all_roles``: every key given must hold, any value
+of each), what (``resources`` and ``non_resources`` blocks: any block), and the ``effect``. A
 pattern is a name, ``*``, or ``~regex`` (RE2, the whole name). Roles and projects are
 read from ``user.extra`` as the Keystone backend writes them.
 """
@@ -55,7 +55,10 @@ def _check(rule: RuleSettings) -> Check:
     who: list[Check] = []
     if rule.users is not None:
         users = name_test(rule.users)
-        who.append(lambda r: users(r.user) or (bool(r.uid) and users(r.uid)))
+        who.append(lambda r: users(r.user))
+    if rule.uids is not None:
+        uids = name_test(rule.uids)
+        who.append(lambda r: bool(r.uid) and uids(r.uid))
     if rule.groups is not None:
         groups = name_test(rule.groups)
         who.append(lambda r: _any_of(r.groups, groups))

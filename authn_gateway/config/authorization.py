@@ -90,7 +90,11 @@ class Rule(Strict):
     # allow: allowed. deny: denied, and kube-apiserver asks no other authorizer.
     effect: Literal["allow", "deny"] = "allow"
     # Who: every key given must hold; within a key, any of its patterns.
-    users: list[Pattern] | None = None  # user name or uid
+    # User names (spec.user), as RBAC's User subjects and k8s-keystone-auth's "user"
+    # match; uids (spec.uid: the Keystone user id) only under uids, so that a name
+    # never matches someone else's id.
+    users: list[Pattern] | None = None
+    uids: list[Pattern] | None = None
     groups: list[Pattern] | None = None
     projects: list[Pattern] | None = None  # Keystone project name or id (user.extra)
     roles: list[Pattern] | None = None  # Keystone roles (user.extra): any of these

@@ -67,11 +67,17 @@ def test_all_roles_needs_every_one() -> None:
     assert decide(rules, res("get", "pods", roles=("a",))) == NO_OPINION
 
 
-def test_users_match_the_name_or_the_uid() -> None:
-    rules = [{"users": ["4f1c"], "resources": [READ_PODS]}]
-    assert decide(rules, res("get", "pods", user="alice", uid="4f1c")) == ALLOWED
-    assert decide(rules, res("get", "pods", user="4f1c")) == ALLOWED
-    assert decide(rules, res("get", "pods", user="bob", uid="")) == NO_OPINION
+def test_users_match_the_name_and_uids_the_uid_never_one_for_the_other() -> None:
+    # As RBAC's User subjects and k8s-keystone-auth's "user" match (whose webhook never
+    # reads spec.uid): a user whose id is another user's name gets nothing of theirs.
+    by_name = [{"users": ["4f1c"], "resources": [READ_PODS]}]
+    assert decide(by_name, res("get", "pods", user="4f1c")) == ALLOWED
+    assert decide(by_name, res("get", "pods", user="alice", uid="4f1c")) == NO_OPINION
+    by_uid = [{"uids": ["4f1c"], "resources": [READ_PODS]}]
+    assert decide(by_uid, res("get", "pods", user="alice", uid="4f1c")) == ALLOWED
+    assert decide(by_uid, res("get", "pods", user="4f1c", uid="")) == NO_OPINION
+    anyone_with_an_id = [{"uids": ["*"], "resources": [READ_PODS]}]
+    assert decide(anyone_with_an_id, res("get", "pods", user="bob", uid="")) == NO_OPINION
 
 
 def test_resources_read_as_rbac_reads_them() -> None:
