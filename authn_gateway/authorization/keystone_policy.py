@@ -21,9 +21,11 @@ behaviour there, ours. In short:
 
 What k8s-keystone-auth would fail on, or silently never match, is refused here at load
 with the rule's index (:class:`PolicyError`): an unknown match type, a field of the
-wrong type, a ``resource`` without ``version`` or ``namespace`` (its authorizer
-dereferences both). What it accepts and we accept too but that cannot match as written
-is kept, with a note for the log (:attr:`KeystonePolicy.notes`).
+wrong type, a ``null`` rule (its authorizer dereferences it on every review reaching
+it), a ``resource`` without ``version`` or ``namespace`` (its authorizer dereferences
+both, once a request reaches it: refused here even where none would). What it
+accepts and we accept too but that cannot match as written is kept, with a note for the
+log (:attr:`KeystonePolicy.notes`).
 """
 
 from __future__ import annotations

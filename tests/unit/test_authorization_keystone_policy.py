@@ -370,6 +370,33 @@ def test_what_cannot_be_used_is_refused_naming_the_rule(policy: Any, message: st
     assert str(caught.value) == message
 
 
+def test_a_resource_without_version_is_refused_even_where_no_request_would_reach_it() -> None:
+    # There, resourceMatches dereferences version and namespace (authorizer.go L169,
+    # L172) only for a resource request past the rule's users gate (L343-359): a rule
+    # whose gate holds for no one, or that sits behind a rule allowing everything,
+    # never fails there. Refused here all the same (docs/migrating.md warns of it).
+    no_version = {"verbs": ["get"], "resources": ["pods"], "namespace": "*"}
+    unreachable = [
+        [{"users": {"roles": ["a"]}, "resource": no_version}],  # no projects: no one
+        [{"resource_permissions": {"*/*": ["*"]}}, {"resource": no_version}],
+    ]
+    for policy in unreachable:
+        with pytest.raises(PolicyError, match=r"\.resource\.version: required"):
+            parse_keystone_policy(orjson.dumps(policy), "policy.json")
+    # Beside resource_permissions it is never read (L364-369), there or here.
+    beside = [{"resource_permissions": {"default/pods": ["get"]}, "resource": no_version}]
+    assert decide(beside, resource(DEMO, "get", "pods", "default")) == ALLOW
+
+
+def test_a_null_rule_is_refused_where_it_would_fail_every_review_reaching_it() -> None:
+    # policyList is []*policy (policy.go L82): null decodes as a nil rule, and
+    # Authorize reads its p.Users (authorizer.go L343) for every review not yet allowed.
+    policy = [{"resource_permissions": {"*/pods": ["get"]}}, None]
+    with pytest.raises(PolicyError) as caught:
+        parse_keystone_policy(orjson.dumps(policy), "policy.json")
+    assert str(caught.value) == "[1]: must be an object (null is not a rule)"
+
+
 def test_invalid_json_is_refused_with_its_line() -> None:
     with pytest.raises(PolicyError, match=r"^not valid JSON \(line 3\)$"):
         parse_keystone_policy(b'[\n {"match": []},\n {oops}\n]', "policy.json")
