@@ -159,11 +159,13 @@ def _compile(item: Any, where: str, notes: list[str]) -> Check:
     on_resource: Check | None = None
     if resource_permissions is not None:
         on_resource = _resource_permissions(resource_permissions, where, notes)
+        _shadowed(doc.get("resource"), RESOURCE_FIELDS, f"{where}.resource", notes)
     elif doc.get("resource") is not None:
         on_resource = _resource_spec(doc["resource"], match, f"{where}.resource", notes)
     on_non_resource: Check | None = None
     if nonresource_permissions is not None:
         on_non_resource = _non_resource_permissions(nonresource_permissions)
+        _shadowed(doc.get("nonresource"), NON_RESOURCE_FIELDS, f"{where}.nonresource", notes)
     elif doc.get("nonresource") is not None:
         on_non_resource = _non_resource_spec(
             doc["nonresource"], match, f"{where}.nonresource", notes
@@ -178,6 +180,22 @@ def _compile(item: Any, where: str, notes: list[str]) -> Check:
         return check is not None and check(review)
 
     return holds
+
+
+def _shadowed(item: Any, known: tuple[str, ...], where: str, notes: list[str]) -> None:
+    """A ``resource`` or ``nonresource`` beside its permissions map: never read there
+    (Authorize takes the map), but decoded all the same, so a field of the wrong type
+    fails the whole file there as here; a missing ``version`` is not refused, since
+    nothing dereferences it."""
+    if item is None:
+        return
+    doc = _fields(item, known, where, notes)
+    for name in ("verbs", "resources"):
+        _strings(doc.get(name), f"{where}.{name}")
+    for name in ("version", "namespace", "path"):
+        _string(doc.get(name), f"{where}.{name}")
+    kind = where.rsplit(".", 1)[1]
+    notes.append(f"{where}: never read ({kind}_permissions takes precedence)")
 
 
 def _users_gate(

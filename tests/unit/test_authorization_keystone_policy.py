@@ -386,6 +386,27 @@ def test_a_resource_without_version_is_refused_even_where_no_request_would_reach
     # Beside resource_permissions it is never read (L364-369), there or here.
     beside = [{"resource_permissions": {"default/pods": ["get"]}, "resource": no_version}]
     assert decide(beside, resource(DEMO, "get", "pods", "default")) == ALLOW
+    parsed = parse_keystone_policy(orjson.dumps(beside), "policy.json")
+    assert parsed.notes == ("[0].resource: never read (resource_permissions takes precedence)",)
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ({"resource_permissions": {}, "resource": {"verbs": "get"}},
+         "[0].resource.verbs: must be a list of strings"),
+        ({"resource_permissions": {}, "resource": "pods"}, "[0].resource: must be an object"),
+        ({"nonresource_permissions": {}, "nonresource": {"path": ["/healthz"]}},
+         "[0].nonresource.path: must be a string"),
+    ],
+)  # fmt: skip
+def test_a_field_of_the_wrong_type_is_refused_even_beside_the_map_that_shadows_it(
+    rule: dict[str, Any], message: str
+) -> None:
+    # Go's decoder decodes every field before Authorize picks the map: the file fails.
+    with pytest.raises(PolicyError) as caught:
+        parse_keystone_policy(orjson.dumps([rule]), "policy.json")
+    assert str(caught.value) == message
 
 
 def test_a_null_rule_is_refused_where_it_would_fail_every_review_reaching_it() -> None:
