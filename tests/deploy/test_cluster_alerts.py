@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.metric_names import FIXTURE
-from tests.support.prometheus_helpers import ROOT, _promtool_test, _series, rule_groups
+from tests.support.prometheus_helpers import (
+    ROOT,
+    _promtool_test,
+    _series,
+    dashboard_row,
+    rule_groups,
+)
 
 ALERT = "AuthnGatewayClusterDominatesIdP"
 
@@ -267,11 +273,7 @@ def labels(**values: str) -> str:
 
 def clusters_row() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The dashboard's "Clusters" row and the panels under it."""
-    panels = json.loads(DASHBOARD.read_text())["panels"]
-    [row] = [p for p in panels if p["type"] == "row" and p["title"] == "Clusters"]
-    after = panels[panels.index(row) + 1 :]
-    under = after[: next((i for i, p in enumerate(after) if p["type"] == "row"), len(after))]
-    return row, under
+    return dashboard_row("Clusters")
 
 
 def test_the_dashboards_clusters_row_shows_each_clusters_figures(tmp_path: Path) -> None:

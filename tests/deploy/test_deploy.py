@@ -129,6 +129,8 @@ def test_dashboard_configmap_carries_the_dashboard_json() -> None:
         assert wanted in titles
     for wanted in ("reviews by cluster", "idp calls by cluster", "shed calls by cluster"):
         assert wanted in titles
+    for wanted in ("subjectaccessreviews by answer", "authorization policy reloads"):
+        assert wanted in titles
 
 
 def test_redis_overlay_adds_redis_and_points_the_config_at_it() -> None:

@@ -27,6 +27,8 @@ from tests.support.prometheus_helpers import (
     _promtool_test,
     _series,
     binary,
+    dashboard_row,
+    grafana_to_promql,
     ops_port,
     rule_groups,
     running_prometheus,
@@ -53,6 +55,8 @@ def test_alert_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
         "AuthnGatewayNoReviews",
         "AuthnGatewayIdPSaturated",
         "AuthnGatewayStaleLimitHalfSpent",
+        "AuthnGatewayAuthorizationPolicyRefused",
+        "AuthnGatewayAuthorizationUnavailable",
     }
 
 
@@ -619,3 +623,140 @@ def test_config_reload_refused_alert_fires_after_ten_minutes_and_clears_on_an_ap
         }
     ]
     _promtool_test(tmp_path, tests, interval="1m")
+
+
+def test_policy_refused_alert_fires_after_five_minutes_and_clears_when_the_file_loads(
+    tmp_path: Path,
+) -> None:
+    alert = "AuthnGatewayAuthorizationPolicyRefused"
+    gauge = "authn_gateway_authorization_policy_refused"
+    labels = {"namespace": "authn", "pod": "gw-0"}
+    fired = [
+        {
+            "exp_labels": {**labels, "severity": "warning"},
+            "exp_annotations": _annotations(alert, labels),
+        }
+    ]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # gw-0: an invalid edit of the ConfigMap at 4m, fixed at 15m.
+                {"series": _series(gauge, labels), "values": "0x3 1x11 0x10"},
+                # gw-1: an edit fixed within two minutes: never for 5 minutes.
+                {"series": _series(gauge, {**labels, "pod": "gw-1"}), "values": "0x3 1x1 0x20"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": alert, "exp_alerts": []},
+                {"eval_time": "7m", "alertname": alert, "exp_alerts": []},  # pending
+                {"eval_time": "10m", "alertname": alert, "exp_alerts": fired},
+                {"eval_time": "14m", "alertname": alert, "exp_alerts": fired},
+                {"eval_time": "16m", "alertname": alert, "exp_alerts": []},
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, tests, interval="1m")
+
+
+def test_authorization_unavailable_alert_fires_on_on_error_answers_only(tmp_path: Path) -> None:
+    alert = "AuthnGatewayAuthorizationUnavailable"
+    decisions = "authn_gateway_authorization_decisions_total"
+
+    def answered(pod: str, answer: str, values: str) -> dict[str, str]:
+        labels = {"namespace": "authn", "pod": pod, "api_version": "authorization.k8s.io/v1",
+                  "answer": answer, "cluster": "default"}  # fmt: skip
+        return {"series": _series(decisions, labels), "values": values}
+
+    labels = {"namespace": "authn", "pod": "gw-0"}
+    fired = [
+        {
+            "exp_labels": {**labels, "severity": "critical"},
+            "exp_annotations": _annotations(alert, labels),
+        }
+    ]
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                # gw-0 decides until 10m, then has no policy (on_error) until 20m.
+                answered("gw-0", "allowed", "0+50x10 500x10 500+50x10"),
+                answered("gw-0", "unavailable", "0x10 0+40x10 400x10"),
+                # gw-1: no rule matched is an answer, not an outage; denials too.
+                answered("gw-1", "no_opinion", "0+30x30"),
+                answered("gw-1", "denied", "0+5x30"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "9m", "alertname": alert, "exp_alerts": []},
+                {"eval_time": "12m", "alertname": alert, "exp_alerts": []},  # pending
+                {"eval_time": "14m", "alertname": alert, "exp_alerts": fired},
+                {"eval_time": "20m", "alertname": alert, "exp_alerts": fired},
+                # The policy back at 20m: the 5-minute rate is 0 from 25m.
+                {"eval_time": "28m", "alertname": alert, "exp_alerts": []},
+            ],
+        }
+    ]
+    _promtool_test(tmp_path, tests, interval="1m")
+
+
+def test_the_dashboards_authorization_row_shows_answers_reloads_rules_and_cache_hits(
+    tmp_path: Path,
+) -> None:
+    row, panels = dashboard_row("Authorization")
+    assert [p["title"] for p in panels] == [
+        "SubjectAccessReviews by answer",
+        "Authorization policy reloads and refused files",
+        "Authorization rules in force",
+        "Authorization decision cache hit ratio",
+    ]
+    assert all(p["gridPos"]["y"] > row["gridPos"]["y"] for p in panels)
+    exprs = [grafana_to_promql(t["expr"]) for p in panels for t in p["targets"]]
+
+    def per_minute(name: str, per_second: float, **labels: str) -> dict[str, str]:
+        return {"series": _series(name, labels), "values": f"0+{60 * per_second:g}x40"}
+
+    def gauge(name: str, value: float, pod: str) -> dict[str, str]:
+        return {"series": _series(name, {"pod": pod}), "values": f"{value:g}x40"}
+
+    decisions = "authn_gateway_authorization_decisions_total"
+    reloads = "authn_gateway_authorization_policy_reloads_total"
+    refused, rules = (
+        "authn_gateway_authorization_policy_refused",
+        "authn_gateway_authorization_policy_rules",
+    )
+    v1 = {"api_version": "authorization.k8s.io/v1", "cluster": "default"}
+    series = [
+        per_minute(decisions, 1, pod="gw-0", answer="allowed", **v1),
+        per_minute(decisions, 0.5, pod="gw-0", answer="no_opinion", **v1),
+        per_minute(decisions, 1, pod="gw-1", answer="allowed", **v1),
+        per_minute(decisions, 0.2, pod="gw-1", answer="unavailable", **v1),
+        per_minute(decisions, 0.1, pod="gw-1", answer="denied", **v1),
+        per_minute("authn_gateway_authorization_cache_hits_total", 1.4, pod="gw-0"),
+        # gw-0's file is refused at every check; gw-1 loads one change a minute.
+        per_minute(reloads, 1 / 60, pod="gw-0", result="refused"),
+        per_minute(reloads, 1 / 60, pod="gw-1", result="loaded"),
+        gauge(refused, 1, "gw-0"),
+        gauge(refused, 0, "gw-1"),
+        gauge(rules, 20, "gw-0"),
+        gauge(rules, 21, "gw-1"),
+    ]
+    expected: list[list[tuple[str, float]]] = [
+        [('{answer="allowed"}', 2), ('{answer="no_opinion"}', 0.5),
+         ('{answer="unavailable"}', 0.2), ('{answer="denied"}', 0.1)],
+        [('{result="refused"}', 5), ('{result="loaded"}', 5)],  # in 5 minutes
+        [('{pod="gw-0"}', 1), ('{pod="gw-1"}', 0)],
+        [('{pod="gw-0"}', 20), ('{pod="gw-1"}', 21)],
+        [("{}", 0.5)],  # 1.4 hits a second of 2.8 answers
+    ]  # fmt: skip
+    tests = [
+        {
+            "expr": f"round({expr}, 0.01)",
+            "eval_time": "30m",
+            "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+        }
+        for expr, samples in zip(exprs, expected, strict=True)
+    ]
+    _promtool_test(
+        tmp_path,
+        [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+        interval="1m",
+    )

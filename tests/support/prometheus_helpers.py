@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import subprocess
@@ -26,6 +27,8 @@ from tests.support.procs import (
 ROOT = Path(__file__).resolve().parents[2]
 
 RULES = ROOT / "deploy" / "base" / "prometheusrule.yaml"
+
+DASHBOARD = ROOT / "deploy" / "base" / "dashboard" / "grafana-dashboard.json"
 
 # The job name the ServiceMonitor gives (the metrics Service's name); the rules use it.
 JOB = "authn-gateway-metrics"
@@ -126,6 +129,20 @@ def _annotations(alert: str, labels: dict[str, str]) -> dict[str, str]:
         assert "$value" not in template, "this helper only expands $labels"
         out[key] = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
     return out
+
+
+def dashboard_row(title: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The dashboard's row titled ``title`` and the panels under it (to the next row)."""
+    panels: list[dict[str, Any]] = json.loads(DASHBOARD.read_text())["panels"]
+    [row] = [p for p in panels if p["type"] == "row" and p["title"] == title]
+    after = panels[panels.index(row) + 1 :]
+    under = after[: next((i for i, p in enumerate(after) if p["type"] == "row"), len(after))]
+    return row, under
+
+
+def grafana_to_promql(expr: str, rate_interval: str = "5m") -> str:
+    """A panel's query as Grafana sends it: every namespace, ``rate_interval``."""
+    return expr.replace("$__rate_interval", rate_interval).replace("$namespace", ".*")
 
 
 def _series(name: str, labels: dict[str, str]) -> str:
