@@ -1,7 +1,10 @@
 """deploy/apiserver's authorization wiring, read the way kube-apiserver reads it: the
 authorization webhook's kubeconfig (clientcmd's ConfirmUsable), the flags file
-(BuiltInAuthorizationOptions.Validate, then the configuration the flags build) and the
-structured AuthorizationConfiguration (LoadFromData, strict; ValidateAuthorizationConfiguration).
+(BuiltInAuthorizationOptions.Validate, then the configuration the flags build), the
+structured AuthorizationConfiguration (LoadFromData, strict; ValidateAuthorizationConfiguration),
+and the kubeadm routes: the ClusterConfiguration's extraArgs and the static pod patch,
+each turned into kube-apiserver's command as kubeadm writes it
+(tests/support/kube/kubeadm.py) and its flags read as kube-apiserver reads them.
 
 No kube-apiserver runs here, so its rules are encoded in tests/support/kube/
 (authorization.py, kubeconfig.py: each names the Kubernetes source it follows). The
@@ -37,6 +40,7 @@ from tests.support.kube.authorization import (
     validate_authorization_configuration,
     validate_authorization_flags,
 )
+from tests.support.kube.kubeadm import PatchFailed, apiserver_command, apply_json_patch, static_pod
 from tests.support.kube.kubeconfig import confirm_usable, load_kubeconfig
 from tests.support.kustomize import DEPLOY, config_of, find, render
 
@@ -45,6 +49,8 @@ AUTHN_KUBECONFIG = APISERVER / "webhook-kubeconfig.yaml"
 AUTHZ_KUBECONFIG = APISERVER / "authz-webhook-kubeconfig.yaml"
 AUTHZ_FLAGS = APISERVER / "kube-apiserver-authorization-flags.txt"
 AUTHZ_CONFIG = APISERVER / "authorization-config.yaml"
+KUBEADM_CONFIG = APISERVER / "kubeadm-config.yaml"
+KUBEADM_PATCH = APISERVER / "kubeadm-patches" / "kube-apiserver+json.yaml"
 OPERATIONS = DEPLOY.parent / "docs" / "operations.md"
 
 
@@ -247,6 +253,95 @@ def test_the_match_condition_asks_the_webhook_about_the_gateways_users_only(
     spec = sar_body(users[who])["spec"]
     result = evaluate(condition["expression"], match_request(spec))
     assert isinstance(result, celpy.celtypes.BoolType) and bool(result) is asked
+
+
+# --- the kubeadm routes ---------------------------------------------------------------
+
+
+def kubeadm_extra_args() -> list[dict[str, str]]:
+    args: list[dict[str, str]] = yaml.safe_load(KUBEADM_CONFIG.read_text())["apiServer"][
+        "extraArgs"
+    ]
+    return args
+
+
+def kubeadm_patch() -> list[dict[str, Any]]:
+    ops: list[dict[str, Any]] = yaml.safe_load(KUBEADM_PATCH.read_text())
+    return ops
+
+
+def authorization_of(command: list[str]) -> dict[str, str]:
+    """kube-apiserver's authorization flags in a static pod's command."""
+    assert command[0] == "kube-apiserver"
+    given, errors = parse_flags(command[1:])
+    assert errors == []
+    return given
+
+
+STRUCTURED_ONLY = "--authorization-config can not be specified when --authorization-mode"
+
+
+def test_the_kubeadm_config_wires_the_structured_configuration() -> None:
+    # kubeadm leaves out its own --authorization-mode when extraArgs name
+    # authorization-config (getAPIServerCommand, kubeadm 1.30+).
+    given = authorization_of(apiserver_command(kubeadm_extra_args()))
+    assert given == {"authorization-config": header_install_path(AUTHZ_CONFIG)}
+    assert validate_authorization_flags(given) == []
+    # The file it names is installed in the mounted directory and passes kube's checks.
+    assert given["authorization-config"].startswith(mount_path() + "/")
+    assert on_node()(given["authorization-config"])
+    assert validate_authorization_configuration(structured(), on_node()) == []
+    # Had kubeadm kept its mode, kube-apiserver would not start.
+    kept = {**given, "authorization-mode": "Node,RBAC"}
+    assert validate_authorization_flags(kept)[0].startswith(STRUCTURED_ONLY)
+
+
+def test_the_kubeadm_config_with_the_flags_file_instead_is_the_flags_file() -> None:
+    # Its comment's alternative: the flags file's flags as extraArgs, in place of
+    # authorization-config; the user's authorization-mode replaces kubeadm's.
+    args = [a for a in kubeadm_extra_args() if a["name"] != "authorization-config"]
+    args += [{"name": name, "value": value} for name, value in flags().items()]
+    given = authorization_of(apiserver_command(args))
+    assert given == flags()
+    assert validate_authorization_flags(given) == []
+
+
+def test_the_kubeadm_patch_puts_the_structured_configuration_in_place_of_kubeadms_mode() -> None:
+    written = static_pod([])
+    assert authorization_of(written["spec"]["containers"][0]["command"]) == {
+        "authorization-mode": "Node,RBAC"
+    }
+    patched = apply_json_patch(written, kubeadm_patch())
+    command = patched["spec"]["containers"][0]["command"]
+    given = authorization_of(command)
+    assert given == {"authorization-config": header_install_path(AUTHZ_CONFIG)}
+    assert validate_authorization_flags(given) == []
+    # The same kube-apiserver as the ClusterConfiguration route's, but for the order.
+    assert sorted(command) == sorted(apiserver_command(kubeadm_extra_args()))
+    mounts = patched["spec"]["containers"][0]["volumeMounts"]
+    assert any(
+        given["authorization-config"].startswith(m["mountPath"] + "/") and m["readOnly"]
+        for m in mounts
+    )
+
+
+def test_the_kubeadm_patch_fails_rather_than_start_a_kube_apiserver_that_refuses_its_flags() -> (
+    None
+):
+    # An extraArg that sorts before --authorization-mode moves it from command[3]: the
+    # patch's test fails, and kubeadm writes nothing.
+    audited = static_pod([{"name": "audit-log-path", "value": "/var/log/kubernetes/audit.log"}])
+    with pytest.raises(PatchFailed, match="testing value /spec/containers/0/command/3 failed"):
+        apply_json_patch(audited, kubeadm_patch())
+    # Appending instead of replacing would leave kube-apiserver both: it refuses that...
+    command = audited["spec"]["containers"][0]["command"]
+    appended = [*command, f"--authorization-config={header_install_path(AUTHZ_CONFIG)}"]
+    assert validate_authorization_flags(authorization_of(appended))[0].startswith(STRUCTURED_ONLY)
+    # ...and the flags file's mode appended is a mode named twice (pflag appends).
+    doubled = [*command, "--authorization-mode=Node,Webhook,RBAC"]
+    assert "has mode specified more than once" in " ".join(
+        validate_authorization_flags(authorization_of(doubled))
+    )
 
 
 # --- each rule refuses a broken copy --------------------------------------------------

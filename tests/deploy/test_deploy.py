@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.support.kube.kubeadm import apply_json_patch, static_pod
 from tests.support.kustomize import (
     DEPLOY,
     GATEWAY_OVERLAYS,
@@ -282,43 +282,23 @@ def test_webhook_kubeconfig_points_at_the_service_over_mutual_tls() -> None:
     assert kubeconfig["current-context"] == kubeconfig["contexts"][0]["name"]
 
 
-def _apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """The subset of RFC 6902 the kubeadm patch uses: add, appending with '-'."""
-    for op in ops:
-        assert op["op"] == "add"
-        *parents, last = op["path"].strip("/").split("/")
-        target: Any = doc
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        assert last == "-" and isinstance(target, list)
-        target.append(op["value"])
-    return doc
-
-
 def test_kubeadm_patch_adds_the_webhook_flags_and_mount() -> None:
-    static_pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "kube-apiserver", "namespace": "kube-system"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "kube-apiserver",
-                    "command": ["kube-apiserver", "--secure-port=6443"],
-                    "volumeMounts": [{"name": "k8s-certs", "mountPath": "/etc/kubernetes/pki"}],
-                }
-            ],
-            "volumes": [{"name": "k8s-certs", "hostPath": {"path": "/etc/kubernetes/pki"}}],
-        },
-    }
     patch = yaml.safe_load(
         (DEPLOY / "apiserver" / "kubeadm-patches" / "kube-apiserver+json.yaml").read_text()
     )
-    patched = _apply_json_patch(static_pod, patch)
+    # The static pod as kubeadm writes it, patched as kubeadm patches it
+    # (tests/support/kube/kubeadm.py); its authorization flags are
+    # tests/deploy/test_apiserver_authorization.py's.
+    written = static_pod([])
+    patched = apply_json_patch(written, patch)
+    before = written["spec"]["containers"][0]["command"]
     command = patched["spec"]["containers"][0]["command"]
     flags = (DEPLOY / "apiserver" / "kube-apiserver-flags.txt").read_text().split()
-    assert command[:2] == ["kube-apiserver", "--secure-port=6443"]
-    assert command[2:] == flags
+    assert command[len(before) :] == flags
+    kubeadms_own = [c for c in before if not c.startswith("--authorization-")]
+    assert [c for c in command[: len(before)] if not c.startswith("--authorization-")] == (
+        kubeadms_own
+    )
     flag_map = dict(f.removeprefix("--").split("=", 1) for f in flags)
     assert flag_map["authentication-token-webhook-version"] == "v1"
     kubeconfig_path = flag_map["authentication-token-webhook-config-file"]
@@ -333,7 +313,8 @@ def test_kubeadm_patch_adds_the_webhook_flags_and_mount() -> None:
     # kubeadm.k8s.io/v1beta4 (kubeadm 1.31+) lists extraArgs as name/value pairs.
     assert cluster_config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
     args = cluster_config["apiServer"]["extraArgs"]
-    assert {a["name"]: a["value"] for a in args} == flag_map
+    authentication = {a["name"]: a["value"] for a in args if a["name"].startswith("authentic")}
+    assert authentication == flag_map
 
 
 def test_readme_wiring_matches_the_shipped_kubeconfig_and_flags() -> None:

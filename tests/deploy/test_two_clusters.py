@@ -37,6 +37,7 @@ import yaml
 from tests.support import kubelet
 from tests.support.deploy_pod import cluster_objects, container
 from tests.support.fakes.idp import FakeIdP
+from tests.support.kube.kubeconfig import confirm_usable, load_kubeconfig
 from tests.support.kustomize import DEPLOY, Doc, config_of, find, kustomize, render
 from tests.support.pki import Issued, issue, make_ca
 from tests.support.procs import GatewayProcess, free_port, metric_value, review_body, wait_for_port
@@ -154,6 +155,26 @@ def test_each_cluster_reaches_the_review_port_its_kubeconfig_names() -> None:
         ca = mine["clusters"][0]["cluster"]["certificate-authority"]
         assert ca == shipped["clusters"][0]["cluster"]["certificate-authority"]
         assert mine["current-context"] == mine["contexts"][0]["name"]
+
+
+def test_each_clusters_authorization_kubeconfig_is_its_webhook_kubeconfig_at_authorize() -> None:
+    # docs/operations.md, step 4: that cluster's webhook kubeconfig with /authorize in
+    # place of /authenticate; prod's is deploy/apiserver's, staging's the load balancer.
+    shipped = yaml.safe_load((DEPLOY / "apiserver" / "authz-webhook-kubeconfig.yaml").read_text())
+    step = section("Two clusters, one gateway").split("\n4. ", 1)[1].split("\n5. ", 1)[0]
+    assert "`/authorize` in place of `/authenticate`" in step
+    path = config_of(render(OVERLAY))["authorization"].get("path", "/authorize")
+    files = {f"{NODE_DIR}/{n}" for n in ("gateway-ca.crt", "client.crt", "client.key")}
+    for cluster in ("prod", "staging"):
+        authz = copy.deepcopy(kubeconfig(cluster))
+        server = authz["clusters"][0]["cluster"]["server"]
+        assert server.endswith("/authenticate")
+        authz["clusters"][0]["cluster"]["server"] = server.removesuffix("/authenticate") + path
+        assert confirm_usable(load_kubeconfig(authz), files.__contains__) == [], cluster
+        if cluster == "prod":
+            assert authz == shipped
+        else:
+            assert urlsplit(authz["clusters"][0]["cluster"]["server"]).path == path
 
 
 def copy_of_deploy(tmp_path: Path) -> Path:

@@ -308,15 +308,24 @@ AUTHORIZATION_FLAGS = (
 LEGACY_FLAGS = AUTHORIZATION_FLAGS[:1] + AUTHORIZATION_FLAGS[2:6]
 
 
+#: StringSlice flags: a repeated one appends (pflag's stringSliceValue.Set: the first
+#: value replaces the default, each later one is appended), where any other's last wins.
+SLICE_FLAGS = ("authorization-mode",)
+
+
 def parse_flags(words: Iterable[str]) -> tuple[dict[str, str], Errors]:
-    """``--name=value`` words as pflag reads them (the last of a repeated flag wins);
-    only the authorization flags are kept, any other --authorization-* is unknown."""
+    """``--name=value`` words as pflag reads them (the last of a repeated flag wins, but
+    a repeated --authorization-mode appends: ``Node,RBAC`` then ``Webhook`` is
+    ``Node,RBAC,Webhook``); only the authorization flags are kept, any other
+    --authorization-* is unknown, and any other flag (kube-apiserver has many) ignored."""
     flags: dict[str, str] = {}
     errs: Errors = []
     for word in words:
         name, eq, value = word.removeprefix("--").partition("=")
         if not word.startswith("--") or not eq:
             errs.append(f"{word}: not a --name=value flag")
+        elif name in SLICE_FLAGS and name in flags:
+            flags[name] += "," + value
         elif name in AUTHORIZATION_FLAGS:
             flags[name] = value
         elif name.startswith("authorization-"):
