@@ -19,6 +19,7 @@ from authn_gateway.authorization.rules import DENIED, NO_OPINION, Answer
 from authn_gateway.authorization.sar import parse_access_review
 from authn_gateway.authorization.source import PolicySource
 from authn_gateway.config.authorization import AuthorizationSettings
+from authn_gateway.config.sections import MarkerSettings
 from authn_gateway.observe.internal_errors import internal_error
 from authn_gateway.observe.metrics import Metrics
 from backends.context import DEFAULT_CLUSTER
@@ -26,6 +27,34 @@ from backends.context import DEFAULT_CLUSTER
 WHERE = "authorization"
 
 UNAVAILABLE = "unavailable"
+
+
+#: The key deploy/apiserver/authorization-config.yaml's matchCondition asks for
+#: (``'authn-gateway.io/backend' in request.extra``): kube-apiserver asks this webhook
+#: about a user only when the TokenReview's answer carried it, which takes
+#: ``markers.backend`` on and ``markers.prefix`` as shipped.
+SHIPPED_MATCH_KEY = "authn-gateway.io/backend"
+SHIPPED_MATCH_CONDITION = f"'{SHIPPED_MATCH_KEY}' in request.extra"
+
+
+def match_condition_warning(markers: MarkerSettings) -> str | None:
+    """One line when the markers the shipped matchCondition relies on are off or
+    renamed, so that kube-apiserver wired with the shipped structured config would
+    never ask this webhook; None when they are as shipped."""
+    key = markers.prefix + "backend"
+    if markers.backend and key == SHIPPED_MATCH_KEY:
+        return None
+    if not markers.backend:
+        why, fix = "markers.backend is off", "turn markers.backend on"
+    else:
+        why = f"markers.prefix is {markers.prefix!r} (the marker is {key!r})"
+        fix = f"write \"'{key}' in request.extra\" there"
+    return (
+        f"authorization: {why}: kube-apiserver wired with the shipped structured config "
+        f"(deploy/apiserver/authorization-config.yaml, matchCondition "
+        f'"{SHIPPED_MATCH_CONDITION}") never asks this webhook; {fix} '
+        "(the --authorization-mode flags have no matchCondition)"
+    )
 
 
 def unavailable_answer(on_error: str, error: str) -> Answer:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 
 from authn_gateway.authorization.metrics import AuthorizationMetrics
-from authn_gateway.authorization.webhook import AuthorizationWebhook
+from authn_gateway.authorization.webhook import AuthorizationWebhook, match_condition_warning
 from authn_gateway.config import SECRET_ENV, ConfigError, GatewayConfig
 from authn_gateway.edge.metrics import EdgeMetrics
 from authn_gateway.fleet.metrics import FleetMetrics
@@ -208,6 +208,12 @@ class Gateway:
             if config.authorization is not None
             else None
         )
+        if config.authorization is not None:
+            # At start, check-config and each reload: the shipped matchCondition reads a
+            # marker these settings may not write.
+            warning = match_condition_warning(config.markers)
+            if warning is not None:
+                log.warning("%s", warning)
         self.ready = False
         self.readiness = ReadinessGate(
             [

@@ -27,7 +27,9 @@ import orjson
 import pytest
 import yaml
 
+from authn_gateway.authorization.webhook import SHIPPED_MATCH_CONDITION, match_condition_warning
 from authn_gateway.config import GatewayConfig
+from authn_gateway.config.sections import MarkerSettings
 from authn_gateway.review.markers import Markers
 from authn_gateway.review.tokenreview import render_verdict
 from backends.base import Authenticated, UserInfo, Verdict
@@ -210,10 +212,16 @@ def evaluate(expression: str, request: dict[str, Any]) -> Any:
     return result
 
 
-def gateway_user() -> dict[str, Any]:
-    """``status.user`` as the gateway renders it with the deploy's markers."""
-    deployed = config_of(render("base")).get("markers", {})
-    markers = GatewayConfig.model_validate({"backends": [DEMO], "markers": deployed}).markers
+def deployed_markers() -> dict[str, Any]:
+    markers: dict[str, Any] = config_of(render("base")).get("markers", {})
+    return markers
+
+
+def gateway_user(changed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``status.user`` as the gateway renders it with the deploy's markers (``changed``
+    over them)."""
+    given = {**deployed_markers(), **(changed or {})}
+    markers = GatewayConfig.model_validate({"backends": [DEMO], "markers": given}).markers
     user = UserInfo(
         "alice", "u-1", ("developers",), {"alpha.kubernetes.io/identity/roles": ("member",)}
     )
@@ -342,6 +350,21 @@ def test_the_kubeadm_patch_fails_rather_than_start_a_kube_apiserver_that_refuses
     assert "has mode specified more than once" in " ".join(
         validate_authorization_flags(authorization_of(doubled))
     )
+
+
+@pytest.mark.parametrize("changed", [{"backend": False}, {"prefix": "example.com/"}])
+def test_markers_off_or_renamed_leave_the_webhook_unasked_and_the_gateway_says_so(
+    changed: dict[str, Any],
+) -> None:
+    # The gateway's warning names the shipped condition, and holds for what kube runs.
+    (condition,) = webhook(structured())["matchConditions"]
+    assert condition["expression"] == SHIPPED_MATCH_CONDITION
+    deployed = MarkerSettings.model_validate(deployed_markers())
+    assert match_condition_warning(deployed) is None
+    spec = sar_body(gateway_user(changed))["spec"]
+    assert bool(evaluate(condition["expression"], match_request(spec))) is False
+    line = match_condition_warning(MarkerSettings.model_validate(changed))
+    assert line is not None and "never asks this webhook" in line
 
 
 # --- each rule refuses a broken copy --------------------------------------------------

@@ -4,6 +4,8 @@ answers when no policy can decide."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 from pathlib import Path
@@ -11,16 +13,24 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 from prometheus_client import generate_latest
 
+from authn_gateway import cli
 from authn_gateway.authorization.cache import DecisionCache
 from authn_gateway.authorization.keystone_policy import ROLES
 from authn_gateway.authorization.metrics import AuthorizationMetrics
 from authn_gateway.authorization.rules import ALLOWED, NO_OPINION, Policy, Rule
 from authn_gateway.authorization.sar import V1, V1BETA1, BadAccessReview
-from authn_gateway.authorization.webhook import AuthorizationWebhook
+from authn_gateway.authorization.webhook import (
+    SHIPPED_MATCH_CONDITION,
+    AuthorizationWebhook,
+    match_condition_warning,
+)
 from authn_gateway.config.authorization import AuthorizationSettings
+from authn_gateway.config.sections import MarkerSettings
 from authn_gateway.observe.metrics import Metrics
+from tests.support.config_helpers import MINIMAL
 
 MEMBERS_READ_PODS = [
     {
@@ -301,3 +311,57 @@ def test_metrics_group_declares_its_families() -> None:
     metrics.group(AuthorizationMetrics)
     text = generate_latest(metrics.registry).decode()
     assert "authn_gateway_authorization_policy_reloads_total" in text
+
+
+# --- the markers the shipped matchCondition reads ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("markers", "warned"),
+    [
+        ({}, None),
+        ({"stale": False}, None),  # the stale marker is not what it reads
+        ({"backend": False}, "markers.backend is off"),
+        ({"prefix": "example.com/"},
+         "markers.prefix is 'example.com/' (the marker is 'example.com/backend')"),
+        ({"prefix": "example.com/", "backend": False}, "markers.backend is off"),
+    ],
+)  # fmt: skip
+def test_markers_the_shipped_match_condition_cannot_see_are_one_line(
+    markers: dict[str, Any], warned: str | None
+) -> None:
+    settings = MarkerSettings.model_validate(markers)
+    line = match_condition_warning(settings)
+    if warned is None:
+        assert line is None
+        return
+    assert line is not None and "\n" not in line
+    assert line.startswith(f"authorization: {warned}: kube-apiserver wired with the shipped ")
+    assert f'matchCondition "{SHIPPED_MATCH_CONDITION}") never asks this webhook' in line
+
+
+def check_config(path: Path, caplog: pytest.LogCaptureFixture) -> tuple[int, list[str]]:
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), contextlib.redirect_stdout(io.StringIO()):
+        status = cli.main(["check-config", str(path)])
+    return status, [r.getMessage() for r in caplog.records if "matchCondition" in r.getMessage()]
+
+
+def test_check_config_warns_in_one_line_when_the_match_condition_cannot_hold(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = tmp_path / "policy.json"
+    write(policy, MEMBERS_READ_PODS)
+    path = tmp_path / "gw.yaml"
+    config = yaml.safe_load(MINIMAL)
+    config["authorization"] = {"keystone_policy_file": str(policy)}
+    path.write_text(yaml.safe_dump(config))
+    assert check_config(path, caplog) == (0, [])
+    path.write_text(yaml.safe_dump({**config, "markers": {"backend": False}}))
+    status, [line] = check_config(path, caplog)
+    assert status == 0  # a warning: the flags route has no matchCondition
+    assert line.startswith("authorization: markers.backend is off: ")
+    # Without authorization there is nothing to warn of.
+    del config["authorization"]
+    path.write_text(yaml.safe_dump({**config, "markers": {"backend": False}}))
+    assert check_config(path, caplog) == (0, [])

@@ -196,3 +196,27 @@ async def test_a_file_naming_a_hostile_ca_file_is_refused_in_one_line_naming_the
     ]
     assert reloader.app.generation is running
     assert await verdict_of(reloader, "t") == "Authenticated"
+
+
+async def test_a_reload_that_turns_the_backend_marker_off_warns_that_the_webhook_goes_unasked(
+    reloader: Reloader, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    # deploy/apiserver/authorization-config.yaml asks the webhook only about users whose
+    # extra carries the backend marker: with it off, kube-apiserver never asks.
+    policy = tmp_path / "policy.json"
+    policy.write_text("[]")
+    config = yaml.safe_load(MINIMAL)
+    config["authorization"] = {"keystone_policy_file": str(policy)}
+    assert reloader.source is not None
+
+    async def warned(doc: dict[str, object]) -> list[str]:
+        assert reloader.source is not None
+        reloader.source.write_text(yaml.safe_dump(doc))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert await reloader.reload() is True
+        return [r.getMessage() for r in caplog.records if "matchCondition" in r.getMessage()]
+
+    [line] = await warned({**config, "markers": {"backend": False}})
+    assert line.startswith("authorization: markers.backend is off: ")
+    assert await warned(config) == []
