@@ -3,8 +3,10 @@
 kube-apiserver caches each answer by its request's spec, in an LRU of 8192 entries
 (``cache.NewLRUExpireCache(8192)``), an allowed answer for ``authorizedTTL`` and any
 other for ``unauthorizedTTL`` (``--authorization-webhook-cache-authorized-ttl``, 5m,
-and ``-unauthorized-ttl``, 30s; webhook.go, ``Authorize``). This is the same cache on
-the gateway's side, bounded the same way, keyed by a keyed hash of the whole request
+and ``-unauthorized-ttl``, 30s; webhook.go, ``Authorize``). This is the same kind of
+cache on the gateway's side: an LRU with the same two TTLs, bounded by its own count
+(``authorization.cache.max_entries``, 10,000 per process by default: more distinct
+reviews than kube's 8192, docs/decisions.md), keyed by a keyed hash of the whole request
 body: kube-apiserver serializes a spec the same way each time, and the body is all a
 decision reads, so one body has one answer while the policy stands. Each entry is a
 16-byte key and a reference to an answer the policy rendered once, whatever the body's
