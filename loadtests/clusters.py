@@ -23,7 +23,9 @@ records; the checks are the issue's guarantees:
 * the IdP never sees more calls in a second than the bucket allows (burst + rate).
 
 Prints one table per variant and writes ``<out>/clusters.png`` (each cluster's share of
-the IdP's calls, second by second) and ``<out>/clusters.json``.
+the IdP's calls, second by second) and ``<out>/clusters.json`` (the figures and each
+check's result). Exits 1 if any check of the ``fair`` variant missed; ``shared`` is the
+reference, expected to miss, and never fails the command.
 
     python -m loadtests.clusters --seconds 30
     python -m loadtests.clusters --replicas 3 --seconds 30 --out docs/img
@@ -555,12 +557,31 @@ def main(argv: list[str] | None = None) -> int:
         f"b and c log in at {args.logins:g} x C each"
     )
     print(table(results))
+    for f in results:
+        f["checks"] = {label: ok for label, ok in checks(f)}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         suffix = "" if args.replicas == 1 else f"-{args.replicas}-replicas"
         (args.out / f"clusters{suffix}.json").write_text(json.dumps(results, indent=1))
         plot(results, args.out / f"clusters{suffix}.png")
         print(f"wrote {args.out}/clusters{suffix}.png and .json")
+    return verdict(results)
+
+
+def verdict(results: list[dict[str, Any]]) -> int:
+    """Prints what the checks of the ``fair`` variant say, and is the exit status: 1 if
+    any of them missed. ``shared`` (one budget, the gateway before issue 37) is the
+    reference the fair share is read against: it is expected to miss, and never fails
+    the command."""
+    fair = [f for f in results if f["variant"] == "fair"]
+    if not fair:
+        print("no fair variant run: nothing checked (shared is a reference): exit 0")
+        return 0
+    missed = [label for f in fair for label, ok in checks(f) if not ok]
+    if missed:
+        print("fair variant MISSED: " + "; ".join(missed) + ": exit 1")
+        return 1
+    print("fair variant: every check held (shared is the reference, its misses do not count)")
     return 0
 
 
