@@ -17,9 +17,10 @@ first: shed ``bucket``) and the concurrency limit on the IdP's queue (shed
 Each variant runs the same load on a fresh IdP and gateway: ``fair`` with the three
 clusters configured (each IdP shared by weight), ``shared`` without ``clusters:``
 (every caller one share: the gateway before issue 37), side by side. One gateway, or
-``--replicas`` sharing Redis; with ``--redis-down`` Redis is stopped after the warm-up
-(once every replica holds every known user in its own tier), and the clock starts when
-every replica runs in local mode, each on 1/n of each share.
+``--replicas`` sharing Redis (every replica reviews every known user once before the
+clock, reading it from Redis, so each holds them all in its own tier); with
+``--redis-down`` Redis is stopped after the warm-up, and the clock starts when every
+replica runs in local mode, each on 1/n of each share.
 
 Figures come from the IdP's own counters per cluster (the fake counts calls by the tag
 after a token's last ``@``: ``good-b17~@b``, with each call's wait in its queue), the
@@ -93,6 +94,8 @@ ARRIVAL_JITTER = 0.25
 #: The gateway's own wait for a slot under the concurrency limit, per cluster
 #: (ClusterMetrics in authn_gateway/layers/metrics.py).
 QUEUE_WAIT = "authn_gateway_cluster_queue_wait_seconds"
+REDIS_ERRORS = "authn_gateway_redis_errors_total"
+TO_LOCAL = 'authn_gateway_redis_mode_changes_total{to="local"}'
 #: "a gets the rest": at least this share of what b and c leave of the bucket (nothing
 #: wasted while a asks; the figures are whole seconds of a short run).
 REST_SHARE = 0.9
@@ -266,7 +269,7 @@ async def warm_up(
     """Every known user reviewed once: the gateway knows them when the clock starts.
     The clusters at once, each paced under its share of the bucket (at most 20/s).
     ``every_replica``: then on every replica too (answered from Redis), so each
-    replica's local tier holds them all before Redis is stopped."""
+    replica's local tier holds them all (before Redis is stopped, with --redis-down)."""
     interval = max(0.05, 1.5 * len(CLUSTERS) / bucket_rate)
 
     async def warm(pool: Connections, cluster: str, i: int) -> None:
@@ -401,7 +404,10 @@ def run_variant(variant: str, args: argparse.Namespace, workdir: Path) -> Run:
         config = gateway_config(variant, fake, callers, rate, burst, redis, args.replicas)
         procs = stack.enter_context(gateways(config, args.replicas, workdir / variant))
         ports = [g.port for g in procs]
-        asyncio.run(warm_up(ports, callers, rate, every_replica=args.redis_down))
+        # A fleet's known users are known to every replica (each read them once from
+        # Redis), as in a fleet that has run a while: a replica meeting one for the first
+        # time while Redis is late (a loaded host) would have nothing to answer stale.
+        asyncio.run(warm_up(ports, callers, rate, every_replica=args.replicas > 1))
         # /metrics on the review port answers authenticated callers only.
         auth = {"Authorization": f"Bearer {callers['a']}"}
         if args.redis_down and redis is not None:
@@ -493,6 +499,7 @@ def figures(run: Run) -> dict[str, Any]:
             "known_p99_ms": _p99_ms([r.seconds for r in known]),
             "errors_5xx": sum(1 for r in mine if r.status is not None and r.status >= 500),
             "logins_not_served_by_reason": _reasons(r for r in logins if not r.served),
+            "known_not_served_by_reason": _reasons(r for r in known if not r.served),
             "gateway_shed_by_reason": _counts_since(run, cluster),
             "per_second": [per_second.get(s, 0) for s in range(start, end)],
         }
@@ -506,6 +513,15 @@ def figures(run: Run) -> dict[str, Any]:
     out["bucket_burst"] = run.bucket_burst
     out["idp_calls_per_s"] = sum(total_per_second.values()) / run.seconds
     out["idp_excess_over_bucket_rate"] = _excess(run, by_tag)
+    # A loaded host shows here first: a Redis operation past redis.timeout_seconds
+    # (0.25 s) uses the replica's local state for that call (docs/operations.md, "Fleet
+    # guarantees": what bends them), 3 in a row switch it to local mode.
+    out["redis_errors"] = _total(run.scrapes, REDIS_ERRORS) - _total(
+        run.scrapes_before, REDIS_ERRORS
+    )
+    out["redis_switches_to_local"] = _total(run.scrapes, TO_LOCAL) - _total(
+        run.scrapes_before, TO_LOCAL
+    )
     out["bucket_allows_excess"] = run.bucket_burst + run.bucket_rate * ARRIVAL_JITTER
     return out
 
@@ -595,6 +611,17 @@ def _histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
             return 1000 * (lower_bound + (bound - lower_bound) * share)
         lower_bound, lower_count = bound, count
     return 1000 * lower_bound
+
+
+def _total(scrapes: list[str], sample: str) -> int:
+    """The sum of every sample named ``sample`` (with its labels, if it has any
+    ``{...}``: a prefix of them), over the replicas' scrapes."""
+    total = 0.0
+    for text in scrapes:
+        for line in text.splitlines():
+            if line.startswith(sample) and line[len(sample)] in "{ ":
+                total += float(line.rsplit(" ", 1)[1])
+    return int(total)
 
 
 def _shed(scrapes: list[str], cluster: str) -> dict[str, int]:
@@ -702,6 +729,11 @@ def table(runs: list[dict[str, Any]]) -> str:
             f"{n}: logins not served, by reason",
             lambda f, n=n: _counted(f, n, "logins_not_served_by_reason"),
         )
+    for n in CLUSTERS:
+        add(
+            f"{n}: known users' reviews not served, by reason",
+            lambda f, n=n: _counted(f, n, "known_not_served_by_reason"),
+        )
     add(
         "calls the gateway shed, one share (no clusters)",
         lambda f: (
@@ -709,6 +741,8 @@ def table(runs: list[dict[str, Any]]) -> str:
         ),
     )
     add("bucket: rate/s, burst", lambda f: f"{f['bucket_rate']:g}, {f['bucket_burst']}")
+    add("Redis operations failed or late (> 0.25 s)", lambda f: f["redis_errors"])
+    add("replicas' switches to local mode", lambda f: f["redis_switches_to_local"])
     add("bucket allows in a second", lambda f: f["bucket_allows_in_a_second"])
     for i, (label, _) in enumerate(checks(runs[0])):
         rows.append((f"check: {label}", *("ok" if checks(f)[i][1] else "MISSED" for f in runs)))
