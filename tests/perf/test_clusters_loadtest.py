@@ -111,6 +111,7 @@ def test_three_replicas_sharing_redis_hold_every_guarantee(tmp_path: Path) -> No
         # the host was loaded, and those calls used each replica's small local share, a
         # bend docs/operations.md states ("Fleet guarantees"). Measured once more; the
         # second run is held to everything below, whatever the host does.
+        print(f"three replicas: {fair['redis_errors']} Redis operations late; measured again")
         proc, (fair,) = run_clusters(tmp_path / "second", *args)
     assert (fair["variant"], fair["replicas"], fair["redis"]) == ("fair", 3, "up")
     # Three gateways, Redis, the fake IdP and the load on two shared cores: the IdP's
