@@ -48,9 +48,11 @@ class FileRefused(Exception):
     """A file that cannot be read as the file it should be. ``str()`` is ``path: why``
     on one line, never quoting the content."""
 
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: Path, reason: str, *, too_large: bool = False) -> None:
         self.path = path
         self.reason = reason
+        #: Refused for its size alone (the reader's caller may say that in its own words).
+        self.too_large = too_large
         super().__init__(f"{shown(path)}: {reason}")
 
 
@@ -87,7 +89,7 @@ def _check(path: Path, st: os.stat_result, limit: int | None, pipes: bool = Fals
     if kind is not None:
         raise FileRefused(path, f"{kind}, not a regular file")
     if limit is not None and st.st_size > limit:
-        raise FileRefused(path, f"larger than {size_text(limit)}")
+        raise FileRefused(path, f"larger than {size_text(limit)}", too_large=True)
 
 
 def check_file(path: Path, limit: int | None, *, pipes: bool = False) -> None:
@@ -125,7 +127,7 @@ def read_file(path: Path, limit: int, *, pipes: bool = False) -> bytes:
         except OSError as exc:
             raise FileRefused(path, f"cannot read: {_why(exc)}") from None
     if len(data) > limit:  # it grew since the fstat, or says a size it does not hold
-        raise FileRefused(path, f"larger than {size_text(limit)}")
+        raise FileRefused(path, f"larger than {size_text(limit)}", too_large=True)
     return data
 
 

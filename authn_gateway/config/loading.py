@@ -10,9 +10,10 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from authn_gateway.config.safe_yaml import MAX_BYTES, yaml_problem
+from authn_gateway.config.safe_yaml import MAX_BYTES, TOO_LARGE, yaml_problem
 from authn_gateway.config.safe_yaml import load as load_yaml
 from authn_gateway.config.schema import BACKEND_TYPES, GatewayConfig
+from backends.files import FileRefused, read_text
 
 EMBEDDED_DEFAULT = "default.yaml"
 
@@ -103,17 +104,12 @@ def load_config(path: Path | None) -> GatewayConfig:
         text = resources.files("authn_gateway").joinpath(EMBEDDED_DEFAULT).read_text()
         return parse_config(text, f"<embedded {EMBEDDED_DEFAULT}>")
     try:
-        # Read no more than a config can be: /dev/zero or a 10 GiB file is one line too.
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    except ValueError:  # a NUL in the path
-        raise ConfigError(repr(str(path)), ["cannot read: not a file name"]) from None
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(str(path), [f"larger than {MAX_BYTES // 1024} KiB: not a config file"])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), [f"not UTF-8 text (byte {exc.start})"]) from None
+        # The one bounded reader of files (backends/files.py): a regular file of at most
+        # MAX_BYTES. A FIFO, a device (/dev/zero), a directory or a socket is refused in
+        # one line before it is read, and a FIFO swapped in after the stat cannot block
+        # the open (O_NONBLOCK): neither check-config nor a SIGHUP reload waits on one.
+        text = read_text(path, MAX_BYTES)
+    except FileRefused as exc:
+        reason = TOO_LARGE if exc.too_large else exc.reason
+        raise ConfigError(str(path), [reason]) from None
     return parse_config(text, str(path))

@@ -38,6 +38,8 @@ MAX_DEPTH = 64
 #: Values (scalars, lists, mappings) once every alias is expanded: about what the
 #: largest file (MAX_BYTES) holds without aliases, so aliases add no new worst case.
 MAX_NODES = 1_000_000
+#: The problem of a text (or file) past MAX_BYTES.
+TOO_LARGE = f"larger than {MAX_BYTES // 1024} KiB: not a config file"
 
 
 class Refused(yaml.YAMLError):
@@ -191,7 +193,7 @@ if yaml.__with_libyaml__:
 def load(text: str) -> Any:
     """The document ``text`` holds, or a :class:`yaml.YAMLError` (see :func:`yaml_problem`)."""
     if len(text) > MAX_BYTES:
-        raise Refused(f"larger than {MAX_BYTES // 1024} KiB: not a config file", None)
+        raise Refused(TOO_LARGE, None)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:

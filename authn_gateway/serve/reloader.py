@@ -78,7 +78,9 @@ class Reloader:
         where = str(self.source) if self.source else "<embedded default>"
         async with self._lock:
             try:
-                new = self._keep_listeners(load_config(self.source))
+                # Read and parsed in a worker thread: a 1 MiB file takes a while to
+                # parse, and reviews go on meanwhile; the swap below is on the loop.
+                new = self._keep_listeners(await asyncio.to_thread(load_config, self.source))
             except Exception as exc:
                 return self._refuse(_reasons(where, exc))
             gateway: Gateway | None = None

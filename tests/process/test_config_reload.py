@@ -5,14 +5,18 @@ check-config says the same of the same files, as "invalid configuration", exit 1
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
+from authn_gateway.config.safe_yaml import MAX_BYTES
+from tests.support.hostile_files import make_hostile, refusal, replace_with_hostile
 from tests.support.procs import GatewayProcess
 from tests.support.reload_helpers import REFUSED, authenticated, reload_with, reloads
 
@@ -88,3 +92,42 @@ def test_check_config_says_invalid_configuration_of_the_same_files(
     assert len(lines) == 1 and lines[0].startswith(f"{path}: "), result.stderr
     assert "Traceback" not in result.stderr
     assert lines[0].endswith(EXPECTED[name]), lines
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_check_config_on_a_file_that_is_not_regular_is_one_line(tmp_path: Path, kind: str) -> None:
+    # A FIFO with no writer hung check-config in open(); the timeout is the hang's guard.
+    path = make_hostile(kind, tmp_path / "gw.yaml")
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result
+    assert result.stderr.splitlines() == [
+        "invalid configuration:",
+        f"{path}: {refusal(kind, MAX_BYTES)}",
+    ]
+
+
+def test_a_sighup_with_the_config_replaced_by_a_fifo_is_refused_and_the_gateway_serves(
+    gateway_factory: Callable[..., GatewayProcess],
+) -> None:
+    # The reload opened the FIFO on the event loop and waited there for a writer:
+    # /healthz and every review timed out from the signal on.
+    gw = gateway_factory({"backends": [STATIC]})
+    valid = gw.config_path.read_text()
+    before = gw.logs()
+    replace_with_hostile("fifo", gw.config_path)
+    gw.proc.send_signal(signal.SIGHUP)
+    logs = gw.wait_for_log(REFUSED, timeout=30)[len(before) :]
+    assert httpx.get(f"{gw.url}/healthz", timeout=10).status_code == 200
+    assert authenticated(gw, "tok-1") == "alice"
+    [line] = [ln for ln in logs.splitlines() if REFUSED in ln]
+    assert line.endswith(f"{gw.config_path}: a FIFO, not a regular file"), line
+    assert reloads(gw, "refused") == 1
+    gw.config_path.unlink()
+    done = reload_with(gw, valid)
+    assert done.applied, done.logs
+    assert authenticated(gw, "tok-1") == "alice"

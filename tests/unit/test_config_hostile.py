@@ -6,6 +6,8 @@ quoting the text: with either YAML loader (safe_yaml's Python one and its libyam
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import yaml
 from authn_gateway.config import ConfigError, load_config, parse_config, safe_yaml
 from authn_gateway.config.safe_yaml import MAX_BYTES, MAX_DEPTH, MAX_NODES
 from tests.support.config_helpers import MINIMAL, STRONG
+from tests.support.hostile_files import KINDS, make_hostile, refusal
 
 SECRETISH = "Zq9sEcReTvAlUe"
 LOADERS = [safe_yaml.SafeConfigLoader] + (
@@ -131,7 +134,56 @@ def test_text_larger_than_the_bound_is_one_line() -> None:
 def test_a_file_that_never_ends_is_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(Path("/dev/zero"))
-    assert err.value.problems == [f"larger than {MAX_BYTES // 1024} KiB: not a config file"]
+    assert err.value.problems == ["a character device, not a regular file"]
+
+
+def test_a_config_file_larger_than_the_bound_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(MINIMAL + "#" * MAX_BYTES + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: larger than {MAX_BYTES // 1024} KiB: not a config file"
+
+
+def _load_in_a_thread(path: Path) -> BaseException | None:
+    """What load_config raises for ``path``, run where a hang cannot stop the tests: a
+    thread that is still blocked after a minute fails the test (it was: the FIFO's
+    open waited for a writer)."""
+    found: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            load_config(path)
+            found.append(None)
+        except BaseException as exc:  # handed to the test
+            found.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert found, f"load_config({path}) is still blocked"
+    return found[0]
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "socket"])
+def test_a_config_file_that_is_not_a_regular_file_is_one_line_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "gw.yaml"
+    if kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+            sock.listen()
+            err = _load_in_a_thread(path)
+        expected = "a socket, not a regular file"
+    else:
+        make_hostile(kind, path)
+        err = _load_in_a_thread(path)
+        expected = refusal(kind, MAX_BYTES)
+        if kind == "huge":
+            expected = f"larger than {MAX_BYTES // 1024} KiB: not a config file"
+    assert isinstance(err, ConfigError), err
+    assert str(err) == f"{path}: {expected}"
 
 
 def test_a_file_name_with_a_nul_is_one_line() -> None:

@@ -6,10 +6,12 @@ signal (tests/process/test_config_reload.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
 import re
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from authn_gateway.serve.generation import Generation
 from authn_gateway.serve.reloader import Reloader
 from backends.files import CA_BUNDLE_BYTES
 from tests.support.config_helpers import MINIMAL
-from tests.support.hostile_files import KINDS, make_hostile, refusal
+from tests.support.hostile_files import KINDS, make_hostile, refusal, replace_with_hostile
 
 REFUSED = "config reload refused, still serving the previous config: "
 
@@ -220,3 +222,47 @@ async def test_a_reload_that_turns_the_backend_marker_off_warns_that_the_webhook
     [line] = await warned({**config, "markers": {"backend": False}})
     assert line.startswith("authorization: markers.backend is off: ")
     assert await warned(config) == []
+
+
+async def test_reviews_are_answered_while_a_reload_reads_and_parses_its_file(
+    reloader: Reloader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 1 MiB file takes a while to parse; it was read and parsed on the event loop, so
+    # every review waited for it. Now load_config runs in a worker thread: here it
+    # waits (at most 30 s, so that the old way fails rather than hangs) until a
+    # review has been answered on the loop meanwhile.
+    real = reloader_module.load_config
+    loading, reviewed = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_load(path: Path | None) -> GatewayConfig:
+        loading.set()
+        reviewed.wait(30)
+        order.append("loaded")
+        return real(path)
+
+    monkeypatch.setattr(reloader_module, "load_config", slow_load)
+    task = asyncio.create_task(reloader.reload())
+    while not loading.is_set():
+        await asyncio.sleep(0.01)  # the reload is reading its file from here on
+    assert await verdict_of(reloader, "t") == "Authenticated"
+    order.append("reviewed")
+    reviewed.set()
+    assert await task is True
+    assert order == ["reviewed", "loaded"]
+
+
+async def test_a_config_file_replaced_by_a_fifo_is_refused_in_one_line(
+    reloader: Reloader, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The FIFO's open waited for a writer, on the event loop: the gateway froze.
+    assert reloader.source is not None
+    running = reloader.app.generation
+    replace_with_hostile("fifo", reloader.source)
+    with caplog.at_level(logging.INFO):
+        done = await asyncio.wait_for(reloader.reload(), 60)
+    assert done is False
+    assert refusals(caplog) == [f"{REFUSED}{reloader.source}: a FIFO, not a regular file"]
+    assert reloader.app.generation is running
+    assert await verdict_of(reloader, "t") == "Authenticated"
+    assert reloads(reloader, "refused") == 1
