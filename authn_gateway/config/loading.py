@@ -18,12 +18,22 @@ from backends.files import FileRefused, read_text
 EMBEDDED_DEFAULT = "default.yaml"
 
 
-class ConfigError(Exception):
-    """Invalid configuration. ``str()`` is one line per problem, never a secret value."""
+#: Problems a :class:`ConfigError` lists; past them, one more line counts the rest (a
+#: list of 100,000 invalid items is 51 lines, not 100,000).
+MAX_PROBLEMS = 50
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+
+class ConfigError(Exception):
+    """Invalid configuration. ``str()`` is one line per problem, never a secret value:
+    the first :data:`MAX_PROBLEMS`, then ``... and K more problems`` if there are more
+    (``more``: problems found but not passed in ``problems``)."""
+
+    def __init__(self, source: str, problems: list[str], more: int = 0) -> None:
         self.source = one_line(source)
-        self.problems = [one_line(p) for p in problems]
+        self.problems = [one_line(p) for p in problems[:MAX_PROBLEMS]]
+        more += max(0, len(problems) - MAX_PROBLEMS)
+        if more:
+            self.problems.append(f"... and {more} more problem{'s' if more > 1 else ''}")
         super().__init__("\n".join(f"{self.source}: {p}" for p in self.problems))
 
 
@@ -62,8 +72,9 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 
 
 def _format_errors(exc: ValidationError) -> list[str]:
+    """The first :data:`MAX_PROBLEMS` of pydantic's errors, each as a line."""
     problems = []
-    for err in exc.errors(include_input=False, include_url=False):
+    for err in exc.errors(include_input=False, include_url=False)[:MAX_PROBLEMS]:
         path = _field_path(tuple(err["loc"]))
         msg = err["msg"].removeprefix("Value error, ")
         problems.append(f"{path}: {msg}" if path else msg)
@@ -95,7 +106,8 @@ def _parse(text: str, source: str) -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, _format_errors(exc)) from None
+        problems = _format_errors(exc)
+        raise ConfigError(source, problems, more=exc.error_count() - len(problems)) from None
 
 
 def load_config(path: Path | None) -> GatewayConfig:

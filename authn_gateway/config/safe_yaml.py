@@ -2,8 +2,10 @@
 
 safe_load, bounded: a key given twice is an error; nesting deeper than
 :data:`MAX_DEPTH` (PyYAML composes recursively: 5,000 levels were a RecursionError) and
-aliases that expand past :data:`MAX_NODES` values ("billion laughs": PyYAML shares the
-object, but validation walks every copy) are refused before anything is built; an
+a document of more than :data:`MAX_NODES` nodes, each alias counted as the copy it
+stands for ("billion laughs": PyYAML shares the object, but validation walks every
+copy, and reports a problem in each), are refused while composing, before more is
+built; an
 integer longer than Python reads (4,300 digits) reads as infinity, so the field it is
 in refuses it by name; a value no constructor can build (``2001-13-45``, ``!!int x``)
 is an error at its line. Every error is a :class:`yaml.YAMLError` with a position, and
@@ -35,9 +37,13 @@ else:
 MAX_BYTES = 1024 * 1024
 #: Levels of nesting at most; the schema's deepest field is 6 levels down.
 MAX_DEPTH = 64
-#: Values (scalars, lists, mappings) once every alias is expanded: about what the
-#: largest file (MAX_BYTES) holds without aliases, so aliases add no new worst case.
-MAX_NODES = 1_000_000
+#: Nodes (scalars, keys among them, lists, mappings) a document may compose, each alias
+#: counted as the size of what it stands for. Every document is held to it, with aliases
+#: or without, so aliases add no new worst case: at the bound a file costs about 2 s and
+#: 180 MB to read, validate and report (a 1 MiB list of 500,000 invalid items cost 6 s,
+#: 590 MB and 500,000 problem lines; aliases expanding to 480,000 items, 774 MB). A
+#: 1 MiB file of inline static tokens (loadtests/config_parse.py) is ~135,000 nodes.
+MAX_NODES = 200_000
 #: The problem of a text (or file) past MAX_BYTES.
 TOO_LARGE = f"larger than {MAX_BYTES // 1024} KiB: not a config file"
 
@@ -55,69 +61,72 @@ class DuplicateKey(Refused):
     pass
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """How many values ``root`` is once its aliases are copied out, counted without
-    copying (each shared node once) and without recursion; past :data:`MAX_NODES` or
-    on an alias inside its own anchor, :class:`Refused`."""
-    sizes: dict[int, int] = {}
-    open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        children = _children(node)
-        if children_done:
-            open_nodes.discard(id(node))
-            sizes[id(node)] = size = 1 + sum(sizes[id(c)] for c in children)
-            if size > MAX_NODES:
-                raise Refused(f"aliases expand to more than {MAX_NODES} values", node.start_mark)
-            continue
-        if id(node) in sizes:
-            continue
-        if id(node) in open_nodes:
-            raise Refused("an alias refers to its own anchor (a cycle)", node.start_mark)
-        open_nodes.add(id(node))
-        stack.append((node, True))
-        stack.extend((c, False) for c in children if id(c) not in sizes)
-    return sizes[id(root)]
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
 class _Bounded(_Loader):
     """The checks, over any scanner and parser: composed in Python (PyYAML's Composer),
-    with the depth counted before each node is composed, and constructed by
-    SafeConstructor with the refusals below."""
+    with the depth and the nodes counted before each node is composed, and constructed
+    by SafeConstructor with the refusals below."""
 
     _depth = 0
-    _anchored = False
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                raise Refused(f"nested more than {MAX_DEPTH} levels deep", mark)
-            node: yaml.Node | None = super().compose_node(parent, index)  # type: ignore[misc]
-            if self._depth == 1:  # the root: every anchor is known; compose_document forgets
-                self._anchored = bool(self.anchors)
-            return node
-        finally:
-            self._depth -= 1
+    #: Nodes composed so far in this document, each alias counted as its anchor's size.
+    _nodes = 0
+    #: Each anchor's node once composed, as (nodes, levels): names are unique in a
+    #: document (PyYAML refuses a duplicate anchor). The anchors still being composed.
+    _anchored: dict[str, tuple[int, int]]
+    _open_anchors: set[str]
+    #: The deepest level reached inside the anchors being composed, aliases' copies
+    #: counted (kept only while one is open).
+    _reach = 0
 
     def compose_document(self) -> yaml.Node | None:
-        node: yaml.Node | None = super().compose_document()  # type: ignore[misc]
-        if node is not None and self._anchored:
-            # Only an alias shares a node: without an anchor each value is a node of its
-            # own, at least a byte of the file, so no more than MAX_BYTES of them; the
-            # walk was a third of the time of a 1 MiB file.
-            _expanded_size(node)
+        self._nodes, self._anchored, self._open_anchors, self._reach = 0, {}, set(), 0
+        return super().compose_document()  # type: ignore[misc,no-any-return]
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        anchor, mark = event.anchor, event.start_mark
+        if anchor is None:
+            # Most nodes: one more, one level deeper.
+            self._depth = depth = self._depth + 1
+            try:
+                self._count(1, depth, mark)
+                return super().compose_node(parent, index)  # type: ignore[misc,no-any-return]
+            finally:
+                self._depth -= 1
+        if event.__class__ is yaml.AliasEvent:
+            if anchor in self._open_anchors:
+                raise Refused("an alias refers to its own anchor (a cycle)", mark)
+            # An undefined alias is PyYAML's error, raised by the Composer below.
+            nodes, levels = self._anchored.get(anchor, (0, 0))
+            self._count(nodes, self._depth + levels, mark)
+            return super().compose_node(parent, index)  # type: ignore[misc,no-any-return]
+        # An anchor: its size is what is counted while it is composed.
+        self._depth = depth = self._depth + 1
+        before, reach = self._nodes, self._reach
+        self._open_anchors.add(anchor)
+        self._reach = depth
+        try:
+            self._count(1, depth, mark)
+            node: yaml.Node | None = super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(anchor)
+        self._anchored[anchor] = (self._nodes - before, self._reach - depth + 1)
+        self._reach = max(reach, self._reach)
         return node
+
+    def _count(self, nodes: int, deepest: int, mark: yaml.Mark) -> None:
+        """``nodes`` more (a node, or an alias's copy), reaching level ``deepest``: past
+        :data:`MAX_DEPTH` or :data:`MAX_NODES`, :class:`Refused` at ``mark``."""
+        if deepest > MAX_DEPTH:
+            raise Refused(f"nested more than {MAX_DEPTH} levels deep", mark)
+        self._nodes += nodes
+        if self._nodes > MAX_NODES:
+            raise Refused(
+                f"expands to more than {MAX_NODES} nodes (an alias counts as a copy of its anchor)",
+                mark,
+            )
+        if self._open_anchors and deepest > self._reach:
+            self._reach = deepest
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from authn_gateway.config.loading import MAX_PROBLEMS
 from authn_gateway.config.safe_yaml import MAX_BYTES
 from tests.support.hostile_files import make_hostile, refusal, replace_with_hostile
 from tests.support.procs import GatewayProcess
@@ -36,7 +37,7 @@ HOSTILE = {
 EXPECTED = {
     "nested": "nested more than 64 levels deep",
     "huge-integer": "review_deadline_seconds: Input should be a finite number",
-    "alias-bomb": "aliases expand to more than 1000000 values",
+    "alias-bomb": "expands to more than 200000 nodes (an alias counts as a copy of its anchor)",
     "infinite-grace": "server.graceful_shutdown_seconds: Input should be a finite number",
     "infinite-stale": "cache.keep_stale_seconds: Input should be a finite number",
 }
@@ -130,4 +131,37 @@ def test_a_sighup_with_the_config_replaced_by_a_fifo_is_refused_and_the_gateway_
     gw.config_path.unlink()
     done = reload_with(gw, valid)
     assert done.applied, done.logs
+    assert authenticated(gw, "tok-1") == "alice"
+
+
+#: 100,000 invalid items: each its own problem, of which the first 50 are said.
+MANY_PROBLEMS = "audiences: [" + ",".join(["1"] * 100_000) + "]\n"
+
+
+def test_a_file_of_100k_problems_is_51_lines_from_check_config_and_on_reload(
+    gateway_factory: Callable[..., GatewayProcess], tmp_path: Path
+) -> None:
+    # It was 100,000 lines (and aliases expanding to 480,000 items, 480,004 lines).
+    path = tmp_path / "many.yaml"
+    path.write_text(config_text("tok-1", MANY_PROBLEMS))
+    result = subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr[-500:]
+    head, *lines = result.stderr.splitlines()
+    assert head == "invalid configuration:"
+    assert len(lines) == MAX_PROBLEMS + 1, len(lines)
+    assert lines[0] == f"{path}: audiences[0]: Input should be a valid string"
+    assert lines[-1] == f"{path}: ... and {100_000 - MAX_PROBLEMS} more problems"
+
+    gw = gateway_factory({"backends": [STATIC]})
+    done = reload_with(gw, config_text("tok-x", MANY_PROBLEMS), timeout=60)
+    assert not done.applied
+    [line] = [ln for ln in done.logs.splitlines() if REFUSED in ln]
+    assert line.count(f"{gw.config_path}: audiences[") == MAX_PROBLEMS, len(line)
+    assert line.endswith(f"{gw.config_path}: ... and {100_000 - MAX_PROBLEMS} more problems")
+    assert reloads(gw, "refused") == 1
     assert authenticated(gw, "tok-1") == "alice"

@@ -42,11 +42,13 @@ SERVING = {"type": "static", "name": "fuzz-serving", "tokens": [{"token": TOKEN,
 SPOTS = spots()
 
 #: How a problem line of check-config starts, after "<file>: ": a position in the text,
-#: one of the few whole-file problems, or (anything else) a field's path and ": ".
+#: one of the few whole-file problems (the count of problems past the first 50 among
+#: them), or (anything else) a field's path and ": ".
 WHOLE = re.compile(
     r"^(line \d+(, column \d+)?: \S"
     r"|character 0x[0-9a-f]{4} at offset \d+ "
     r"|larger than \d+ KiB"
+    r"|\.\.\. and \d+ more problems?$"
     r"|top level must be a mapping$)"
 )
 

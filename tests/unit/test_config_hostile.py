@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from authn_gateway.config import ConfigError, load_config, parse_config, safe_yaml
+from authn_gateway.config.loading import MAX_PROBLEMS
 from authn_gateway.config.safe_yaml import MAX_BYTES, MAX_DEPTH, MAX_NODES
 from tests.support.config_helpers import MINIMAL, STRONG
 from tests.support.hostile_files import KINDS, make_hostile, refusal
@@ -82,10 +83,90 @@ def test_an_integer_of_5001_digits_as_a_key_is_one_line() -> None:
     assert "7" * 20 not in problem
 
 
+EXPANDS = f"expands to more than {MAX_NODES} nodes (an alias counts as a copy of its anchor)"
+
+
 def test_the_billion_laughs_is_refused_before_anything_is_built() -> None:
     [problem] = problems(MINIMAL + laughs(9))
-    assert problem.endswith(f"aliases expand to more than {MAX_NODES} values"), problem
+    assert problem.endswith(EXPANDS), problem
     assert problem.startswith("line "), problem
+
+
+def test_a_small_file_whose_aliases_expand_to_480k_items_is_one_line() -> None:
+    # 70 KB of YAML whose aliases made 480,000 list items: 480,004 problem lines (40 MB),
+    # 774 MB of memory and 7 s, when only a million values were refused.
+    chunk = "[" + ", ".join(["x"] * 1000) + "]"
+    text = MINIMAL + f"a: &a {chunk}\n" + "audiences: [" + ", ".join(["*a"] * 480) + "]\n"
+    [problem] = problems(text)
+    assert problem.startswith("line "), problem
+    assert problem.endswith(EXPANDS), problem
+
+
+def test_a_file_without_aliases_is_held_to_the_same_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Aliases add no new worst case: a plain 1 MiB list of 500,000 items cost as much.
+    monkeypatch.setattr(safe_yaml, "MAX_NODES", 1000)
+    text = MINIMAL + "audiences: [" + ",".join(["1"] * 1000) + "]\n"
+    [problem] = problems(text)
+    assert problem.startswith("line 6, column "), problem
+    assert problem.endswith(
+        "expands to more than 1000 nodes (an alias counts as a copy of its anchor)"
+    )
+
+
+def test_aliases_nested_past_the_depth_bound_are_one_line() -> None:
+    # Each anchor nests the one before 25 levels deeper: the third is 77 levels deep
+    # once copied, where no line of the file is nested more than 26.
+    deep = "[" * 25 + "{}" + "]" * 25
+    text = MINIMAL + "".join(
+        f"a{i}: &a{i} " + deep.replace("{}", f"*a{i - 1}" if i else "x") + "\n" for i in range(3)
+    )
+    [problem] = problems(text)
+    assert problem.startswith("line 8, column "), problem
+    assert problem.endswith(f"nested more than {MAX_DEPTH} levels deep"), problem
+
+
+@pytest.mark.parametrize("alias", [False, True])
+def test_a_document_of_exactly_the_bound_reaches_the_schema(
+    monkeypatch: pytest.MonkeyPatch, alias: bool
+) -> None:
+    monkeypatch.setattr(safe_yaml, "MAX_NODES", 1000)
+    # MINIMAL is 15 nodes: the root, backends and its value (13); audiences is 2 more,
+    # its key and its list, and the items.
+    items = ["x"] * (1000 - 17)
+    if alias:  # the same items, through an anchor (x:) and an alias, counted twice
+        items = items[: (1000 - 17 - 2) // 2]
+        text = MINIMAL + f"x: &a [{','.join(items)}]\naudiences: *a\n"
+        with pytest.raises(ConfigError, match="x: Extra inputs are not permitted"):
+            parse_config(text, "gw.yaml")
+        over = MINIMAL + f"x: &a [{','.join([*items, 'x'])}]\naudiences: *a\n"
+    else:
+        text = MINIMAL + f"audiences: [{','.join(items)}]\n"
+        assert parse_config(text, "gw.yaml").audiences == items
+        over = MINIMAL + f"audiences: [{','.join([*items, 'x'])}]\n"
+    [problem] = problems(over)
+    assert problem.endswith(
+        "expands to more than 1000 nodes (an alias counts as a copy of its anchor)"
+    )
+
+
+def test_a_file_of_100k_invalid_items_is_50_problems_and_a_count_of_the_rest() -> None:
+    text = MINIMAL + "audiences: [" + ",".join(["1"] * 100_000) + "]\n"
+    lines = problems(text)
+    assert len(lines) == MAX_PROBLEMS + 1
+    assert lines[:2] == [f"audiences[{i}]: Input should be a valid string" for i in (0, 1)]
+    assert lines[-1] == f"... and {100_000 - MAX_PROBLEMS} more problems"
+
+
+def test_aliases_within_the_bound_expand_to_as_many_problems_and_are_counted() -> None:
+    chunk = "[" + ", ".join(["1"] * 100) + "]"
+    text = MINIMAL + f"x: &a {chunk}\naudiences: *a\nprevious_secrets: *a\n"
+    lines = problems(text)
+    assert len(lines) == MAX_PROBLEMS + 1
+    # x (not a field), each of the 100 copies in audiences, and previous_secrets (at
+    # most 3 items): 102 problems.
+    assert lines[-1] == f"... and {102 - MAX_PROBLEMS} more problems", lines[-1]
 
 
 def test_aliases_under_the_bound_are_read_as_yaml_reads_them() -> None:
@@ -278,15 +359,3 @@ def test_the_loaders_read_the_shipped_configs_alike() -> None:
         text = path.read_text()
         read = [yaml.load(text, Loader=loader) for loader in LOADERS]
         assert all(r == read[0] for r in read), path
-
-
-def test_a_file_with_no_anchor_is_not_walked_for_aliases_and_one_with_them_is(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    walked: list[object] = []
-    real = safe_yaml._expanded_size
-    monkeypatch.setattr(safe_yaml, "_expanded_size", lambda node: walked.append(node) or real(node))
-    parse_config(MINIMAL, "gw.yaml")
-    assert walked == []
-    parse_config(MINIMAL + "audiences: &a [x]\n", "gw.yaml")
-    assert len(walked) == 1
