@@ -2,19 +2,67 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
 from backends.durations import Interval, Timeout, count
 from backends.settings import Secret, Strict
 
+#: The highest database number redis.url may select (Redis has 16 unless its
+#: ``databases`` says more).
+MAX_DB = 65535
+#: A query parameter's name shown as it is; any other is not shown at all.
+_SHOWN_NAME = re.compile(r"[A-Za-z0-9_]{1,40}")
+
+
+def url_problem(url: str) -> str | None:
+    """What redis.url may not hold, in one line naming the part (never the password),
+    or None.
+
+    Its query would go to redis-py as connection arguments past every bound of this
+    section (``socket_timeout=inf`` overrode timeout_seconds, ``health_check_interval``
+    took 20 digits, ``ssl_cert_reqs=none`` would turn off certificate checks), so the
+    only query parameter taken is ``db`` (a unix:// URL has no other place for it),
+    a whole number from 0 to :data:`MAX_DB` like the path's database."""
+    parts = urlsplit(url)
+    path_db = unquote(parts.path).replace("/", "")
+    if parts.scheme != "unix" and path_db and not _db(path_db):
+        return f"the database (its path) must be a whole number from 0 to {MAX_DB}"
+    if not parts.query:
+        return None
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        return "its query must be name=value pairs (only db is taken)"
+    seen: set[str] = set()
+    for name, value in pairs:
+        if name != "db":
+            shown = repr(name) if _SHOWN_NAME.fullmatch(name) else "with that name"
+            return (
+                f"query parameter {shown} is not taken (only db is; "
+                "timeouts are redis.timeout_seconds)"
+            )
+        if name in seen:
+            return "query parameter 'db' is given twice"
+        seen.add(name)
+        if not _db(value):
+            return f"query parameter 'db' must be a whole number from 0 to {MAX_DB}"
+    return None
+
+
+def _db(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= MAX_DB
+
 
 class RedisSettings(Strict):
     """Fleet mode: replicas share cache, breaker state, buckets and coalescing leases."""
 
-    # redis://, rediss:// (TLS) or unix:// URL. Credentials may be in the URL.
+    # redis://, rediss:// (TLS) or unix:// URL. Credentials may be in the URL. No query
+    # parameter but db (url_problem).
     url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
     # Sentinel instead of url: "host:port" of each sentinel, and the master's name.
     sentinels: list[str] = Field(default_factory=list)
@@ -51,6 +99,14 @@ class RedisSettings(Strict):
     # (authn_gateway_shared_cache_identities). An emptied Redis is noticed apart from
     # this, every second (cache/repair.py).
     count_shared_seconds: Interval = 15.0
+
+    @field_validator("url")
+    @classmethod
+    def _url_bounded(cls, url: str | None) -> str | None:
+        problem = url_problem(url) if url is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return url
 
     @model_validator(mode="after")
     def _one_target(self) -> RedisSettings:

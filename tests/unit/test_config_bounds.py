@@ -12,7 +12,7 @@ import yaml
 
 from authn_gateway.config import ConfigError, parse_config
 from backends.durations import WHOLE_MAX_SECONDS, per_second, whole_ms, whole_seconds
-from tests.support.config_helpers import MINIMAL
+from tests.support.config_helpers import MINIMAL, STRONG
 from tests.support.config_schema import Spot, document, spots
 
 NUMBERS = [s for s in spots() if s.kind in (int, float)]
@@ -128,3 +128,61 @@ def test_whole_ms_may_keep_zero_for_an_expired_entry() -> None:
 )
 def test_whole_seconds_is_clamped_before_int(seconds: float, whole: int) -> None:
     assert whole_seconds(seconds) == whole
+
+
+REDIS_PASSWORD = "Zq9sEcReTpAsS"
+
+
+def redis_problems(url: str) -> list[str]:
+    text = MINIMAL + f"secret: {STRONG}\nredis: {{url: '{url}'}}\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "gw.yaml")
+    assert REDIS_PASSWORD not in str(err.value)
+    return err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        # Each went to redis-py past the section's bounds, over timeout_seconds.
+        ("socket_timeout=inf&socket_connect_timeout=nan", "socket_timeout"),
+        ("socket_connect_timeout=nan", "socket_connect_timeout"),
+        ("health_check_interval=" + "9" * 20, "health_check_interval"),
+        ("db=0&socket_timeout=1e400", "socket_timeout"),
+        ("ssl_cert_reqs=none", "ssl_cert_reqs"),  # would turn off certificate checks
+        ("max_connections=0", "max_connections"),
+    ],
+)
+def test_a_query_parameter_in_the_redis_url_is_refused_naming_it(query: str, name: str) -> None:
+    for scheme in ("redis", "rediss"):
+        url = f"{scheme}://:{REDIS_PASSWORD}@127.0.0.1:6379/0?{query}"
+        assert redis_problems(url) == [
+            f"redis.url: query parameter {name!r} is not taken (only db is; timeouts are "
+            "redis.timeout_seconds)"
+        ]
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://h:1/0?db=1&db=2", "query parameter 'db' is given twice"),
+        ("redis://h:1/0?db=99999999999999999999", "query parameter 'db' must be a whole number"),
+        ("unix:///r.sock?db=-1", "query parameter 'db' must be a whole number"),
+        ("redis://h:1/0?db", "its query must be name=value pairs (only db is taken)"),
+        (f"redis://h:1/0?{REDIS_PASSWORD}", "its query must be name=value pairs"),
+        (f"redis://h:1/0?a%0a{REDIS_PASSWORD}=1", "query parameter with that name is not taken"),
+        ("redis://h:1/99999999999999999999", "the database (its path) must be a whole number"),
+        ("redis://h:1/-1", "the database (its path) must be a whole number"),
+    ],
+)
+def test_the_database_in_the_redis_url_is_bounded(url: str, problem: str) -> None:
+    [line] = redis_problems(url.replace("h:1", f":{REDIS_PASSWORD}@h:1"))
+    assert line.startswith(f"redis.url: {problem}"), line
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://h:6379/3", "redis://h:6379", "unix:///run/redis.sock?db=3", "rediss://h/0"]
+)
+def test_a_redis_url_with_a_database_and_no_other_parameter_is_taken(url: str) -> None:
+    text = MINIMAL + f"secret: {STRONG}\nredis: {{url: '{url}'}}\n"
+    assert parse_config(text, "gw.yaml").redis is not None
