@@ -147,10 +147,18 @@ class _Bounded(_Loader):
         return super().construct_yaml_int(node)  # type: ignore[misc]
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            # !!map or !!set on a list or a scalar: PyYAML's own check comes after a
+            # loop that fails on it (a TypeError without a position).
+            raise Refused(f"expected a mapping, but found {_KIND[node.id]}", node.start_mark)
         first: dict[Any, int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _STR:
+                # No mapping of the config takes a key that is not text: `yes: 1` was
+                # "[1]: Keys should be strings", as if a list's second item.
+                raise Refused(_not_text(key_node), key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
             if not isinstance(key, str | int | float | bool):
@@ -162,6 +170,30 @@ class _Bounded(_Loader):
                 )
             first[key] = line
         return super().construct_mapping(node, deep)  # type: ignore[misc,no-any-return]
+
+
+_STR = "tag:yaml.org,2002:str"
+_KIND = {"scalar": "a single value", "sequence": "a list", "mapping": "a mapping"}
+#: What a key reads as, by its tag, in words.
+_READS_AS = {
+    "bool": "a boolean",
+    "int": "a number",
+    "float": "a number",
+    "null": "null",
+    "timestamp": "a date",
+    "binary": "bytes",
+}
+#: A key written longer than this is not quoted (it may be a secret pasted as a key).
+_SHOWN_KEY = 16
+
+
+def _not_text(key: yaml.ScalarNode) -> str:
+    """Why a plain key that YAML reads as no text is refused, with the key as written."""
+    kind = str(key.tag).rpartition(":")[2]
+    reads = _READS_AS.get(kind, f"a {kind}" if kind.isalpha() else "a value that is not text")
+    text = str(key.value)
+    written = repr(text) if len(text) <= _SHOWN_KEY else f"of {len(text)} characters"
+    return f"key {written} reads as {reads}, not text: quote it to mean the text"
 
 
 class SafeConfigLoader(_Bounded, yaml.SafeLoader):

@@ -200,6 +200,47 @@ def test_a_list_as_a_key_is_one_line() -> None:
     assert problem.startswith("line 6"), problem
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # "cannot be read as YAML (TypeError)", with no place at all.
+        ("server: !!map [1, 2]", "line 6, column 9: expected a mapping, but found a list"),
+        ("audiences: !!set [a]", "line 6, column 12: expected a mapping, but found a list"),
+        ("server: !!map x", "line 6, column 9: expected a mapping, but found a single value"),
+    ],
+)
+def test_a_mapping_tag_on_what_is_no_mapping_is_one_line_at_its_place(
+    text: str, problem: str
+) -> None:
+    assert problems(MINIMAL + text + "\n") == [problem]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # `yes: 1` was "[1]: Keys should be strings", a boolean key shown as a list index.
+        ("yes: 1", "line 6, column 1: key 'yes' reads as a boolean"),
+        ("server:\n  port: 8080\n  on: 1", "line 8, column 3: key 'on' reads as a boolean"),
+        ("1: 2", "line 6, column 1: key '1' reads as a number"),
+        ("0x1f: 2", "line 6, column 1: key '0x1f' reads as a number"),
+        ("3.5: x", "line 6, column 1: key '3.5' reads as a number"),
+        ("~: 1", "line 6, column 1: key '~' reads as null"),
+        ("server: {null: 1}", "line 6, column 10: key 'null' reads as null"),
+        ("2001-01-01: x", "line 6, column 1: key '2001-01-01' reads as a date"),
+        (f"{'9' * 40}: x", "line 6, column 1: key of 40 characters reads as a number"),
+    ],
+)
+def test_a_key_that_reads_as_no_text_is_said_as_written_at_its_line(
+    text: str, problem: str
+) -> None:
+    [line] = problems(MINIMAL + text + "\n")
+    assert line == f"{problem}, not text: quote it to mean the text", line
+
+
+def test_a_quoted_key_is_text() -> None:
+    assert problems(MINIMAL + "'yes': 1\n") == ["yes: Extra inputs are not permitted"]
+
+
 @pytest.mark.parametrize("char", ["\x00", "\x07", "\ud800", "\x1b"])
 def test_a_control_character_or_a_surrogate_is_one_line(char: str) -> None:
     [problem] = problems(MINIMAL + f"secret: {SECRETISH}{char}{SECRETISH}\n")
