@@ -29,8 +29,9 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from authn_gateway import cli_args
 from backends.base import BackendConfigError
-from backends.durations import TIMEOUT_MAX
+from backends.durations import AGE_MAX, TIMEOUT_MAX, YEAR
 from backends.files import SECRET_BYTES, FileRefused, read_text, shown
 from backends.http import ca_context
 
@@ -58,7 +59,12 @@ def add_parser(sub: Any) -> None:
     )
     admin.add_argument("--token-file", type=Path, metavar="FILE", help="file holding admin.token")
     admin.add_argument("--ca-file", type=Path, metavar="FILE", help="CA bundle for an https URL")
-    admin.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    # Each number bounded (cli_args): a request timeout httpx and the socket take, a
+    # denial no longer than the longest deny_list.max_seconds, an override no longer than
+    # the longest admin.override_max_seconds; the gateway refuses past its own.
+    admin.add_argument(
+        "--timeout", type=cli_args.seconds(TIMEOUT_MAX), default=10.0, metavar="SECONDS"
+    )
     admin.add_argument(
         "--as",
         dest="operator",
@@ -76,7 +82,12 @@ def add_parser(sub: Any) -> None:
         "deny", help="refuse a user, a token or a credential for SECONDS, fleet-wide"
     )
     _subject_args(deny)
-    deny.add_argument("--seconds", type=int, required=True, help="how long to refuse")
+    deny.add_argument(
+        "--seconds",
+        type=cli_args.whole(1, int(YEAR), "seconds"),
+        required=True,
+        help="how long to refuse (at most the gateway's deny_list.max_seconds)",
+    )
     actions.add_parser("denied", help="list the deny list's entries")
     lift = actions.add_parser("lift", help="lift a denial")
     _subject_args(lift)
@@ -94,7 +105,7 @@ def add_parser(sub: Any) -> None:
         if action != "release":
             override.add_argument(
                 "--seconds",
-                type=int,
+                type=cli_args.whole(1, int(AGE_MAX), "seconds"),
                 help="how long the override lasts (default: admin.override_default_seconds, "
                 "1 h); repeating the command renews it",
             )
@@ -117,14 +128,6 @@ def _subject_args(parser: argparse.ArgumentParser) -> None:
 class Refused(Exception):
     """A command line this command cannot send: one line, naming the option, never a
     token."""
-
-
-def seconds(text: str) -> float:
-    """``--timeout``: a number of seconds httpx and the socket take."""
-    value = float(text)  # argparse says "invalid seconds value" on a ValueError
-    if not 0 < value <= TIMEOUT_MAX:  # also NaN
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most {TIMEOUT_MAX:g} seconds")
-    return value
 
 
 def _admin_token(args: argparse.Namespace) -> str | None:

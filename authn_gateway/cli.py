@@ -12,7 +12,7 @@ from typing import NoReturn
 import orjson
 from pydantic import ValidationError
 
-from authn_gateway import __version__, admin_cli
+from authn_gateway import __version__, admin_cli, cli_args
 from authn_gateway.config import ConfigError, GatewayConfig, ServerSettings, load_config
 from authn_gateway.observe.internal_errors import unexpected
 from authn_gateway.observe.logsetup import configure_logging
@@ -46,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--config", type=Path, metavar="FILE", help="YAML config file")
     serve.add_argument("--host", help="listen address (overrides server.host)")
-    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument(
+        "--port", type=cli_args.whole(0, 65535), help="listen port (overrides server.port)"
+    )
 
     check = sub.add_parser(
         "check-config",
