@@ -50,6 +50,7 @@ FOUNDATIONS = (
     "json_body",
     "keyed_hashes",
     "kube_status",
+    "secret_patterns",
     "secret_strength",
     "tasks",
 )
