@@ -108,9 +108,11 @@ def start_gateway(
     env: dict[str, str] | None = None,
     name: str = "gateway",
     command: tuple[str, ...] = ("authn_gateway", "serve"),
+    cwd: Path | None = None,
 ) -> GatewayProcess:
     """Run ``python -m <command> --config FILE`` (by default ``authn-gateway serve``) with
-    ``config`` (a dict, written as YAML) on a free port."""
+    ``config`` (a dict, written as YAML) on a free port; in ``cwd`` if given (where a
+    relative file name in the config lands), else in this process's."""
     port = port or free_port()
     config = dict(config)
     config.setdefault("server", {})
@@ -124,6 +126,7 @@ def start_gateway(
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
     gw = GatewayProcess(proc, port, config_path, log_path)
     try:

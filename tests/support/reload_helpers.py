@@ -27,7 +27,8 @@ def reload_with(gw: GatewayProcess, text: str, timeout: float = 20.0) -> Reload:
     reload), then, for a refusal, its line."""
     before = gw.logs()
     counts = reloads(gw, "applied"), reloads(gw, "refused")
-    gw.config_path.write_text(text)
+    # As check-config's fuzz writes it: a lone surrogate goes to the file as its bytes.
+    gw.config_path.write_bytes(text.encode("utf-8", "surrogatepass"))
     gw.proc.send_signal(signal.SIGHUP)
     deadline = time.monotonic() + timeout
     while True:
