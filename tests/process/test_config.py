@@ -206,8 +206,8 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "port, message",
     [
-        ("70000", "--port: Input should be less than or equal to 65535"),
-        ("abc", "invalid int value"),
+        ("70000", "argument --port: must be a whole number from 0 to 65535"),
+        ("abc", "argument --port: must be a whole number from 0 to 65535"),
     ],
 )
 def test_a_bad_port_on_the_command_line_is_one_line(port: str, message: str) -> None:
