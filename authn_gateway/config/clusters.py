@@ -154,18 +154,20 @@ def _share_problem(
     server: ServerSettings,
     backends: Sequence[BackendSettings],
 ) -> str | None:
-    """Every cluster's share of every bucket must hold at least one call's burst."""
+    """A bucket shared between clusters must hold two calls: one its shares keep for a
+    cluster under its share (their reserves), one to lend. Any share may be a fraction
+    of a call (layers/bucket/fair.py makes a call of several)."""
     if not clusters:
         return None
     weights = cluster_weights(clusters, server)
-    total = sum(weights.values())
-    lightest = min(weights, key=lambda name: weights[name])
+    if len(weights) < 2:
+        return None  # one share: the bucket as it was
     for i, backend in enumerate(backends):
-        share = backend.bucket.burst * weights[lightest] / total
-        if share < 1:
+        burst = backend.bucket.burst
+        if burst < 2:
             return (
-                f"backends[{i}].bucket.burst: cluster {lightest!r}'s share of it is "
-                f"{share:.2f} calls (weight {weights[lightest]:g} of {total:g}); it must be "
-                "at least 1: raise the burst or that cluster's weight"
+                f"backends[{i}].bucket.burst: {burst} call cannot be shared between "
+                f"{len(weights)} clusters: it must be at least 2 (a call kept for a cluster "
+                "under its share, and one to lend)"
             )
     return None

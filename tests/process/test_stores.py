@@ -19,7 +19,7 @@ from authn_gateway.keyed_hashes import TokenHasher
 from authn_gateway.layers.breaker import redis_sync as breaker_sync
 from authn_gateway.layers.breaker.gate import BUSY, CallGate
 from authn_gateway.layers.bucket import BucketStore
-from authn_gateway.layers.bucket.fair import NEVER, FairShares, ShareState, fair_gcra
+from authn_gateway.layers.bucket.fair import FairShares, ShareState, fair_gcra
 from authn_gateway.layers.bucket.memory import borrowing_key, share_key
 from authn_gateway.layers.bucket.shares import SharedBucket
 from authn_gateway.layers.cache import CacheEntry, CacheStore
@@ -179,56 +179,96 @@ async def test_a_follow_up_call_is_paid_by_the_share_with_the_most_left(state: A
 
 
 @settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    own=st.sampled_from([0, 1, 2, None]),
-    # Each share's TAT, as seconds after now (spent, often); each cluster's pass; how
-    # long ago it last asked to borrow (None: never).
-    tats=st.tuples(*[st.one_of(st.just(2.9), st.floats(0, 3)) for _ in range(3)]),
-    passes=st.lists(st.integers(0, 6), min_size=3, max_size=3),
-    asked=st.lists(st.sampled_from([None, 0.2, 5.0]), min_size=3, max_size=3),
+    weights=st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=1, max_size=6),
+    # Two calls of burst among six clusters: shares of a third of a call.
+    burst=st.sampled_from([2, 3, 10, 30]),
+    data=st.data(),
 )
 # a, spent, borrows from b: only while b keeps half its burst (b a little over half
 # full), back after a pause (its pass catches up with b's), or
 # refused while it has borrowed more than b, which is borrowing too.
-@example(own=0, tats=(2.9, 0.9, 2.9), passes=[0, 0, 0], asked=[None, None, None])
-@example(own=0, tats=(2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[None, 0.2, None])
-@example(own=0, tats=(2.9, 0.0, 2.9), passes=[5, 0, 0], asked=[0.2, 0.2, None])
+@example(weights=[1.0, 1.0, 1.0], burst=30, data=None)
 async def test_the_script_decides_as_the_python_function(
-    shared: RedisStores,
-    own: int | None,
-    tats: tuple[float, ...],
-    passes: list[int],
-    asked: list[float | None],
+    shared: RedisStores, weights: list[float], burst: int, data: st.DataObject | None
 ) -> None:
     """fair_take.lua is bucket/fair.py's fair_gcra: the same state gives the same
-    decision (away from the boundaries, which the time between the calls could cross)."""
-    interval, burst = 0.1, 30  # tau 3 s; shares: interval 0.3 s, burst 10
+    decision, the same share paying most, and the same shares charged. The script reads
+    Redis' clock: Python decides at the time read just before the script ran and just
+    after, and where the two agree (a boundary the time between crossed is skipped),
+    the script agrees with them and its shares lie between theirs."""
+    n = len(weights)
+    interval = 0.1
+    tau = burst * interval
+    shares = FairShares(tuple(f"c{i}" for i in range(n)), tuple(weights))
+    if data is None:  # a spent, b and c full: a borrows from the fullest of them
+        own: int | None = 0
+        tats: list[float | None] = [tau, None, None]
+        passes = [0, 0, 0]
+        asked: list[float | None] = [None, None, None]
+        credits: list[float | None] = [None, None, None]
+    else:
+        own = data.draw(st.one_of(st.none(), st.integers(0, n - 1)))
+        # Each share's TAT as seconds after now (None: none kept: full); each
+        # cluster's pass, how long ago it last asked to borrow, its entitlement's TAT.
+        # Spent (often), full, or between.
+        tat = st.one_of(st.just(tau), st.none(), st.floats(-1, tau))
+        tats = data.draw(st.lists(tat, min_size=n, max_size=n))
+        passes = data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+        ago = st.sampled_from([None, 0.1 * tau, 0.1 * tau, 5.0 * tau])
+        asked = data.draw(st.lists(ago, min_size=n, max_size=n))
+        credit = st.one_of(st.just(2.0), st.none(), st.floats(-1, 2))
+        credits = data.draw(st.lists(credit, min_size=n, max_size=n))
     link = shared.link
     client = link.client
     key = f"bucket:p{time.monotonic_ns()}"
     seconds, micros = await client.time()
-    now = seconds + micros / 1e6
-    # Off the grid of the decisions' boundaries (multiples of the intervals).
-    at = [now + round(t / 0.3) * 0.3 + 0.15 for t in tats]
-    state = ShareState(at, [float(p) for p in passes], [NEVER] * 3)
-    for j, name in enumerate(SHARES.names):
-        await client.set(link.key(share_key(key, name)), f"{at[j]:.6f}")
+    base = seconds + micros / 1e6
+    state = ShareState.new(n)
+    for j, name in enumerate(shares.names):
+        tat = tats[j]
+        if tat is not None:
+            state.tats[j] = float(f"{base + tat:.6f}")
+            await client.set(link.key(share_key(key, name)), f"{state.tats[j]:.6f}")
         fields = {"p": str(passes[j])}
-        if asked[j] is not None:
-            fields["a"] = f"{now - asked[j]:.6f}"
-            state.asked[j] = now - asked[j]
+        state.passes[j] = float(passes[j])
+        ago = asked[j]
+        if ago is not None:
+            state.asked[j] = float(f"{base - ago:.6f}")
+            fields["a"] = f"{state.asked[j]:.6f}"
+        credit = credits[j]
+        if credit is not None:
+            state.credits[j] = float(f"{base + credit:.6f}")
+            fields["c"] = f"{state.credits[j]:.6f}"
         await client.hset(link.key(borrowing_key(key, name)), mapping=fields)
-    _, wait, charged = fair_gcra(
-        state, now, burst * interval, SHARES.intervals(interval), SHARES.weights, own, 0.0
-    )
+    bucket = SharedBucket(key, interval, burst, shares)
+    seconds, micros = await client.time()
+    before = seconds + micros / 1e6
     got_wait, paid_by = await shared.bucket_store().take_fair(
-        SharedBucket(key, interval, burst, SHARES), 0.0, None if own is None else SHARES.names[own]
+        bucket, 0.0, None if own is None else shares.names[own]
     )
+    seconds, micros = await client.time()
+    after = seconds + micros / 1e6
+    answers = [
+        fair_gcra(state, now, tau, bucket.intervals, shares.weights, own, 0.0)
+        for now in (before, after)
+    ]
+    (early, wait, charged), (late, late_wait, late_charged) = answers
+    if (wait is None) != (late_wait is None) or charged != late_charged:
+        return  # a boundary crossed between the two
     assert (got_wait is None) == (wait is None)
-    if wait is not None:
-        assert paid_by == SHARES.names[charged]
+    if wait is None:
+        return
+    assert paid_by == shares.names[charged]
+    for j, name in enumerate(shares.names):
+        stored = await client.get(link.key(share_key(key, name)))
+        lua = max(float(stored) if stored is not None else 0.0, before)
+        lowest = max(min(early.tats[j], late.tats[j]), before)
+        highest = max(early.tats[j], late.tats[j], after)
+        # A share full before is full as of any time between (its TAT is now or past).
+        assert lowest - 1e-5 <= lua <= highest + 1e-5, name
 
 
 def breaker_settings(fail_max: int = 2, probes: int = 1, in_flight: int = 10) -> Any:

@@ -122,14 +122,25 @@ def test_check_config_refuses_each_bad_cluster_with_one_line_naming_the_field(
     assert STRONG not in found[0]  # a caller token's value is never echoed
 
 
-def test_a_cluster_too_light_for_a_buckets_burst_is_refused_with_the_fix() -> None:
+def test_a_share_of_a_fraction_of_a_call_is_accepted() -> None:
+    """The bucket's shares lend in fractions of a call (layers/bucket/fair.py): ci's
+    share of the default burst (100) is a tenth of a call, and it is a share all the
+    same."""
     clusters = [
         {"name": "prod", "caller_tokens": ["prod"], "weight": 1000},
         {"name": "ci", "caller_tokens": ["ci"], "weight": 1},
     ]
-    (line,) = problems(clusters)
-    assert line.startswith("backends[0].bucket.burst: cluster 'ci'")
-    assert "raise the burst or that cluster's weight" in line
+    parse_config(yaml.safe_dump(document(clusters)), "gw.yaml")
+
+
+def test_a_bucket_of_one_call_shared_between_clusters_is_refused() -> None:
+    clusters = [
+        {"name": "prod", "caller_tokens": ["prod"]},
+        {"name": "ci", "caller_tokens": ["ci"]},
+    ]
+    (line,) = problems(clusters, idp={"bucket": {"rate": 10, "burst": 1}})
+    assert line.startswith("backends[0].bucket.burst: 1 call cannot be shared"), line
+    assert "at least 2" in line
 
 
 def test_a_subject_must_be_one_the_gateway_allows() -> None:

@@ -258,7 +258,7 @@ def test_no_window_sees_more_than_the_bucket_allows(
 
 
 def test_a_refused_call_changes_no_share() -> None:
-    state = ShareState([10.0, 10.0, 10.0], [0.0] * 3, [NEVER] * 3)
+    state = ShareState([10.0, 10.0, 10.0], [0.0] * 3, [NEVER] * 3, [0.0] * 3)
     intervals = SHARES.intervals(0.1)
     new, wait, charged = fair_gcra(state, 0.0, 0.1, intervals, SHARES.weights, 0, 0.0)
     assert (wait, charged) == (None, -1)
@@ -269,7 +269,7 @@ def test_a_lender_keeps_half_its_burst() -> None:
     # Share 1 is full, share 0 empty (2 too): 0 may borrow from 1 until 1 is half empty.
     interval, burst = 0.1, 30  # tau = 3 s; each share: interval 0.3 s, burst 10
     intervals = SHARES.intervals(interval)
-    state = ShareState([3.0, 0.0, 3.0], [0.0] * 3, [NEVER] * 3)
+    state = ShareState([3.0, 0.0, 3.0], [0.0] * 3, [NEVER] * 3, [0.0] * 3)
     lent = 0
     for _ in range(20):
         state, wait, charged = fair_gcra(
@@ -313,3 +313,147 @@ async def test_a_cluster_with_no_share_is_charged_as_a_follow_up_is() -> None:
     bucket = TokenBucket("bucket:x", 10, 2, store, shares)
     allowed, paid_by = await bucket.acquire_for(DEFAULT_CLUSTER)
     assert allowed and paid_by in ("a", "b")
+
+
+# ---- any number of clusters, any bucket ----------------------------------------------
+#
+# The bucket's shares are fractions of a call once there are more clusters than calls
+# in the burst (the default bucket, 50/s and 100, has shares of 0.5 calls among 200
+# clusters; one replica's part of it while Redis is down, among 67). These hold the
+# algorithm to its three promises whatever the number of clusters, their weights, the
+# rate and the burst.
+
+
+def simulate(
+    weights: list[float],
+    rate: float,
+    burst: int,
+    asks: list[tuple[float, int | None]],
+    max_wait: float = 0.0,
+    scale: int = 1,
+) -> list[tuple[float, int | None]]:
+    """Each ask (time, cluster index; None: a follow-up call), in time order, through
+    ``fair_gcra``: the time each allowed call goes (after its wait), and its cluster."""
+    shares = FairShares(tuple(f"c{i}" for i in range(len(weights))), tuple(weights))
+    intervals = SharedBucket("k", 1 / rate, burst, shares).scaled(scale)
+    state = ShareState.new(len(weights))
+    tau = burst / rate
+    went = []
+    for at, own in asks:
+        state, wait, _ = fair_gcra(state, at, tau, intervals, shares.weights, own, max_wait)
+        if wait is not None:
+            went.append((at + wait, own))
+    return went
+
+
+def storm(gap: float, seconds: float, cluster: int, start: float = 0.0) -> list[tuple[float, int]]:
+    return [(start + k * gap, cluster) for k in range(int((seconds - start) / gap))]
+
+
+def cluster_weights() -> st.SearchStrategy[list[float]]:
+    return st.integers(1, 200).flatmap(
+        lambda n: st.lists(st.sampled_from([1.0, 1.0, 2.0, 3.0, 0.5]), min_size=n, max_size=n)
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    weights=cluster_weights(),
+    rate=st.sampled_from([1.0, 7.0, 50.0, 100.0, 400.0]),
+    burst=st.integers(1, 120),
+    max_wait=st.sampled_from([0.0, 0.0, 0.3]),
+    scale=st.sampled_from([1, 1, 3]),
+    data=st.data(),
+)
+def test_no_window_sees_more_than_the_bucket_whatever_the_clusters(
+    weights: list[float], rate: float, burst: int, max_wait: float, scale: int, data: st.DataObject
+) -> None:
+    """However many clusters and whatever they ask, the calls that go fit the bucket:
+    no window of t seconds holds more than burst + rate·t (the replica's part of it,
+    rate/scale, while Redis is down; a burst of one call at least)."""
+    n = len(weights)
+    gaps = data.draw(
+        st.lists(
+            st.tuples(st.one_of(st.none(), st.integers(0, n - 1)), st.floats(0.0, 3.0 / rate)),
+            min_size=1,
+            max_size=250,
+        )
+    )
+    asks, now = [], 0.0
+    for own, gap in gaps:
+        now += gap
+        asks.append((now, own))
+    went = sorted(at for at, _ in simulate(weights, rate, burst, asks, max_wait, scale))
+    r = rate / scale
+    b = max(burst / scale, 1.0)
+    lowest = float("inf")
+    for j, at in enumerate(went):
+        lowest = min(lowest, j - r * at)
+        # calls in [went[i], went[j]] = j - i + 1 <= b + r·(went[j] - went[i])
+        assert (j - r * at) - lowest + 1 <= b + 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    weights=cluster_weights(),
+    rate=st.sampled_from([2.0, 50.0, 100.0, 300.0]),
+    burst=st.integers(1, 120),
+    scale=st.sampled_from([1, 1, 3]),
+    data=st.data(),
+)
+def test_a_cluster_asking_alone_gets_the_whole_rate(
+    weights: list[float], rate: float, burst: int, scale: int, data: st.DataObject
+) -> None:
+    """A cluster storming while every other is idle gets the whole rate (the replica's
+    part while Redis is down), however small its share: nothing the idle shares hold
+    past their reserves is wasted. Before: nothing lent once half a share's burst was
+    under one call (one cluster of 100 sharing 50/s, 100: 0.5/s)."""
+    n = len(weights)
+    lone = data.draw(st.integers(0, n - 1))
+    r = rate / scale
+    tau = max(burst / rate, 1 / r)
+    seconds = max(20 / r, 4 * tau)
+    went = simulate(weights, rate, burst, storm(1 / (20 * r), seconds, lone), scale=scale)
+    # Past the first burst (what it had at the start), the rate, less the last call's
+    # rounding to the storm's spacing.
+    steady = [at for at, _ in went if at >= tau]
+    assert len(steady) >= 0.95 * r * (seconds - tau) - 1, (len(steady), r * (seconds - tau))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    weights=st.integers(2, 200).flatmap(
+        lambda n: st.lists(st.sampled_from([1.0, 1.0, 2.0, 4.0]), min_size=n, max_size=n)
+    ),
+    rate=st.sampled_from([10.0, 50.0, 100.0, 300.0]),
+    burst=st.integers(2, 120),
+    fraction=st.floats(0.3, 1.0),
+    data=st.data(),
+)
+def test_a_cluster_under_its_share_gets_all_it_asks_beside_any_storm(
+    weights: list[float], rate: float, burst: int, fraction: float, data: st.DataObject
+) -> None:
+    """A cluster asking at up to its share's rate gets every call while one to four
+    other clusters storm and the rest are idle, however many clusters share the bucket
+    (any bucket of two calls or more: check-config refuses less with clusters)."""
+    n = len(weights)
+    quiet = data.draw(st.integers(0, n - 1))
+    others = [i for i in range(n) if i != quiet]
+    storming = data.draw(
+        st.lists(st.sampled_from(others), min_size=1, max_size=min(4, len(others)), unique=True)
+    )
+    share = rate * weights[quiet] / sum(weights)
+    tau = burst / rate
+    gap = 1 / (fraction * share)
+    calls = 3
+    # Its calls start once the storm is past its first calls (a tolerance, τ).
+    start = tau + data.draw(st.floats(0.0, 1.0)) * gap
+    seconds = start + calls * gap
+    # Each storm asks faster than every τ/4, and all of them 3 x the rate together.
+    storm_gap = min(tau / 4, len(storming) / (3 * rate))
+    asks = [(start + k * gap, quiet) for k in range(calls)]
+    for i in storming:
+        asks += storm(storm_gap, seconds, i)
+    asks.sort(key=lambda a: a[0])
+    went = simulate(weights, rate, burst, asks)
+    assert sum(1 for _, own in went if own == quiet) == calls

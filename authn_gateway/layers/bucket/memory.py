@@ -24,8 +24,9 @@ def borrowing_key(key: str, name: str) -> str:
 class MemoryBucketStore:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._tat: dict[str, float] = {}
-        # A cluster's borrowing from the others' shares: (pass, when it last asked).
-        self._borrowing: dict[str, tuple[float, float]] = {}
+        # A cluster's borrowing from the others' shares: (pass, when it last asked, the
+        # TAT of its calls at its share's rate).
+        self._borrowing: dict[str, tuple[float, float, float]] = {}
         self._clock = clock
 
     def take_now(self, key: str, interval: float, burst: int, max_wait: float) -> float | None:
@@ -44,20 +45,25 @@ class MemoryBucketStore:
         shares = bucket.shares
         keys = [share_key(bucket.key, name) for name in shares.names]
         tat, borrowing = self._tat, self._borrowing
+        unknown = (0.0, NEVER, 0.0)
+        known = [borrowing.get(k, unknown) for k in keys]
         state = ShareState(
             [tat.get(k, 0.0) for k in keys],
-            [borrowing.get(k, (0.0, NEVER))[0] for k in keys],
-            [borrowing.get(k, (0.0, NEVER))[1] for k in keys],
+            [b[0] for b in known],
+            [b[1] for b in known],
+            [b[2] for b in known],
         )
         own = None if cluster is None else shares.index(cluster)
         new, wait, charged = fair_gcra(
             state, self._clock(), bucket.tau, bucket.scaled(scale), shares.weights, own, max_wait
         )
         if own is not None:
-            borrowing[keys[own]] = (new.passes[own], new.asked[own])
+            borrowing[keys[own]] = (new.passes[own], new.asked[own], new.credits[own])
         if wait is None:
             return None, None
-        tat[keys[charged]] = new.tats[charged]
+        for k, before, after in zip(keys, state.tats, new.tats, strict=True):
+            if after != before:
+                tat[k] = after
         return wait, shares.names[charged]
 
     async def take_fair(
