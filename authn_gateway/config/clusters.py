@@ -111,6 +111,15 @@ def cluster_problem(
                         "credential names one cluster"
                     )
                 seen_credentials[(field, value)] = i
+        for field, limit, unset in (
+            ("backends", cluster.backends, "every backend"),
+            ("prefixes", cluster.prefixes, "its backends' prefixes"),
+        ):
+            if limit == []:
+                return (
+                    f"{at}.{field}: is empty, so the cluster could reach no backend by "
+                    f"it; leave it out for {unset}, or remove the cluster"
+                )
         for j, name in enumerate(cluster.backends or []):
             if name not in backend_names:
                 return f"{at}.backends[{j}]: no backend is named {name!r}"

@@ -143,6 +143,14 @@ def test_a_bucket_of_one_call_shared_between_clusters_is_refused() -> None:
     assert "at least 2" in line
 
 
+@pytest.mark.parametrize("field", ["backends", "prefixes"])
+def test_a_cluster_limited_to_an_empty_list_is_refused(field: str) -> None:
+    """``backends: []`` or ``prefixes: []`` would leave a cluster that reaches nothing
+    (or nothing by prefix): a slip, refused with the field."""
+    (line,) = problems([{"name": "ci", "caller_tokens": ["ci"], field: []}])
+    assert line.startswith(f"clusters[0].{field}: is empty"), line
+
+
 def test_a_subject_must_be_one_the_gateway_allows() -> None:
     tls = {
         "cert_file": "/nonexistent/c.pem",
