@@ -114,7 +114,13 @@ class HeldBack(Unavailable):
     The IdP was not asked, so this says nothing about its health: the breaker releases
     its ticket instead of counting a failure. Only a :class:`~backends.budget.CallBudget`
     refusal or the concurrency-limit layer produces it.
+
+    ``cluster``: the cluster whose share of the bucket or line for call slots refused
+    it (None: a limit of no one cluster's). Reviews of another cluster that joined the
+    call do not take it as theirs: they ask under their own cluster's share.
     """
+
+    cluster: str | None = None
 
     @property
     def blames_idp(self) -> bool:

@@ -15,6 +15,9 @@ import base64
 import os
 import re
 import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import httpx
@@ -194,3 +197,65 @@ def test_a_reload_adds_a_cluster_and_a_bad_one_is_refused_in_one_line(
     assert gw.proc.pid == pid
     for token in TOKENS.values():
         assert token not in gw.logs()
+
+
+def soon(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    """Poll ``check`` every 20 ms (the join below has about a second to happen in)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
+def refusal(response: httpx.Response) -> str:
+    status: dict[str, Any] = response.json()["status"]
+    assert not status["authenticated"], status
+    return str(status.get("error", ""))
+
+
+def test_a_review_that_joined_another_clusters_refused_call_makes_its_own(
+    fake_idp: FakeIdP, gateway_factory: Start
+) -> None:
+    """prod has spent its share of the bucket (1/minute, burst 10; staging weighs 3) and
+    storms on. Its review of a token waits for the one call slot (staging's call holds
+    it), staging's review of the same token joins that call, and prod's call is then
+    refused by prod's share: the IdP was not asked. staging asks under its own share:
+    authenticated, and the IdP's own count for the token is one call."""
+    backend = userinfo_backend(
+        fake_idp,
+        bucket={"rate": "1/minute", "burst": 10},
+        concurrency={"initial_limit": 1, "min_limit": 1, "max_limit": 1},
+        timeouts={"connect_seconds": 0.5, "read_seconds": 4.0, "total_seconds": 4.0},
+    )
+    clusters = [
+        {"name": "prod", "caller_tokens": ["prod-apiserver"]},
+        {"name": "staging", "caller_tokens": ["staging-apiserver"], "weight": 3},
+    ]
+    cfg = {**config(fake_idp, clusters, ["prod", "staging"]), "backends": [backend]}
+    gw = gateway_factory(cfg)
+    fake_idp.configure(latency=0.05)  # a latency the concurrency limit measures
+    for i in range(20):  # prod's share and what staging's lends
+        response = review(gw, f"junk-{i}@prod", "prod")
+        if "outbound rate limit reached" in refusal(response):
+            break
+    assert "outbound rate limit reached" in refusal(response)
+    fake_idp.configure(latency=1.5)
+
+    def waiting() -> float:
+        return metric_value(scrape(gw), "authn_gateway_concurrency_waiting", backend="idp")
+
+    with ThreadPoolExecutor(3) as pool:
+        hold = pool.submit(review, gw, "good-hold~@hold", "staging")
+        soon(lambda: fake_idp.stats().by_tag.get("hold") is not None, "staging's call is out")
+        first = pool.submit(review, gw, "good-carol~@shared", "prod")
+        soon(lambda: waiting() == 1, "prod's call waits for the slot")
+        second = pool.submit(review, gw, "good-carol~@shared", "staging")
+        soon(
+            lambda: metric_value(scrape(gw), "authn_gateway_coalesced_waiters_total") == 1,
+            "staging's review joined prod's call",
+        )
+        assert hold.result().status_code == 200
+        prod, staging = first.result(), second.result()
+    assert "outbound rate limit reached" in refusal(prod)
+    assert staging.status_code == 200 and staging.json()["status"]["authenticated"], staging.text
+    assert fake_idp.stats().by_tag["shared"].calls == 1

@@ -5,6 +5,7 @@ pipeline."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,10 +13,11 @@ import yaml
 
 from authn_gateway.config import ConfigError, TLSSettings, parse_config
 from authn_gateway.edge.callerauth import CallerAuth
+from authn_gateway.layers.concurrency.vegas import VegasLimit
 from authn_gateway.review.clusters import ClusterMap
 from authn_gateway.serve.gateway import Gateway
-from backends.base import Authenticated, Rejected, UserInfo
-from backends.context import DEFAULT_CLUSTER
+from backends.base import Authenticated, HeldBack, Outcome, Rejected, Unavailable, UserInfo
+from backends.context import DEFAULT_CLUSTER, WireTime
 from tests.support.config_helpers import STRONG
 from tests.support.scripted import Scripted
 
@@ -244,6 +246,142 @@ async def test_a_clusters_storm_leaves_another_cluster_its_slots() -> None:
     assert isinstance(login.outcome, Authenticated), login
     refused = [a for a in answers if not isinstance(a.outcome, Authenticated)]
     assert refused and all("saturated" in a.outcome.reason for a in refused)
+
+
+class Gated(Scripted):
+    """Answers as :class:`Scripted` does, once ``gate`` is open."""
+
+    def __init__(self, name: str, answer: Outcome) -> None:
+        super().__init__(name, answer)
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def authenticate(self, token: str, wire: WireTime | None = None) -> Outcome:
+        self.seen.append(token)
+        await self.gate.wait()
+        await asyncio.sleep(0.01)  # a latency the concurrency limit can measure
+        return self.answer
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for ``check()``, a few seconds at most (no timing is asserted)."""
+    for _ in range(500):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+def joined(gw: Gateway) -> float:
+    value = gw.metrics.registry.get_sample_value(
+        "authn_gateway_coalesced_waiters_total", {"backend": "idp"}
+    )
+    return value or 0.0
+
+
+async def storm_then_join(answer: Outcome, joiner: str) -> tuple[Any, Any, Gated]:
+    """prod spends its share of the bucket (rate 1/minute, burst 10; prod 1, ci 3, spare
+    1) and its storm goes on; ci holds the one call slot; prod's review of "shared"
+    waits for the slot, and ``joiner``'s review of the same token joins prod's call.
+    Then the slot frees. Both answers, and the backend."""
+    clusters = [
+        {"name": "prod", "caller_tokens": ["prod"]},
+        {"name": "ci", "caller_tokens": ["ci"], "weight": 3},
+        {"name": "spare", "caller_tokens": ["spare"]},
+    ]
+    config = parse_config(
+        yaml.safe_dump(
+            document(
+                clusters,
+                {
+                    "bucket": {"rate": "1/minute", "burst": 10},
+                    "concurrency": {"initial_limit": 1, "min_limit": 1, "max_limit": 1},
+                },
+            )
+        ),
+        "gw.yaml",
+    )
+    idp = Gated("idp", answer)
+    gw = Gateway(config, backends=[idp, Scripted("gl", answer)])
+    await gw.start()
+    try:
+        for i in range(20):  # prod's share, and what the others lend
+            storm = await gw.pipeline.review(f"storm-{i}", (), "token:prod")
+            if isinstance(storm.outcome, HeldBack):
+                break
+        assert isinstance(storm.outcome, HeldBack), storm
+        idp.gate.clear()
+        hold = asyncio.create_task(gw.pipeline.review("ci-hold", (), "token:ci"))
+        await until(lambda: "ci-hold" in idp.seen, "ci's call holds the slot")
+        first = asyncio.create_task(gw.pipeline.review("shared", (), "token:prod"))
+        limiter = gw.pipeline.backends["idp"].parts.limiter
+        assert limiter is not None and isinstance(limiter.algorithm, VegasLimit)
+        limiter.algorithm._recent_rtt = 0.05  # as if measured: a call may wait for a slot
+        await until(lambda: limiter.waiting(cluster="prod") == 1, "prod's call waits")
+        second = asyncio.create_task(gw.pipeline.review("shared", (), f"token:{joiner}"))
+        await until(lambda: joined(gw) == 1, "the second review joined")
+        idp.gate.set()
+        await hold
+        return await first, await second, idp
+    finally:
+        await gw.close()
+
+
+async def test_a_join_refused_for_another_clusters_capacity_asks_under_its_own_share() -> None:
+    """prod's call for a token is refused by prod's share of the bucket (the IdP not
+    asked); ci's review of the same token had joined that call. ci does not inherit
+    prod's refusal: it asks under its own share, and the IdP sees the token once, for
+    ci."""
+    known = Authenticated(UserInfo("someone"))
+    first, second, idp = await storm_then_join(known, "ci")
+    assert isinstance(second.outcome, Authenticated), second
+    assert idp.seen.count("shared") == 1
+    assert isinstance(first.outcome, HeldBack), first
+    assert first.outcome.reason == "outbound rate limit reached"
+    assert first.outcome.cluster == "prod"
+
+
+async def test_a_join_of_the_refused_cluster_shares_its_refusal() -> None:
+    """Another review from prod itself takes prod's refusal: its own share said no."""
+    known = Authenticated(UserInfo("someone"))
+    first, second, idp = await storm_then_join(known, "prod")
+    assert isinstance(first.outcome, HeldBack) and isinstance(second.outcome, HeldBack)
+    assert idp.seen.count("shared") == 0
+
+
+@pytest.mark.parametrize(
+    "answer", [Rejected("no such token"), Unavailable("IdP answered 503")], ids=repr
+)
+async def test_a_join_shares_what_the_idp_answered(answer: Outcome) -> None:
+    """A real answer of the IdP (here to ci's call, which prod's review joined) is
+    everyone's: one call, one answer."""
+    # ci's call is the first: prod's review of the token joins it.
+    config = parse_config(
+        yaml.safe_dump(
+            document(
+                [
+                    {"name": "prod", "caller_tokens": ["prod"]},
+                    {"name": "ci", "caller_tokens": ["ci"]},
+                ]
+            )
+        ),
+        "gw.yaml",
+    )
+    idp = Gated("idp", answer)
+    gw = Gateway(config, backends=[idp, Scripted("gl", answer)])
+    await gw.start()
+    try:
+        idp.gate.clear()
+        first = asyncio.create_task(gw.pipeline.review("shared", (), "token:ci"))
+        await until(lambda: "shared" in idp.seen, "ci's call is out")
+        second = asyncio.create_task(gw.pipeline.review("shared", (), "token:prod"))
+        await until(lambda: joined(gw) == 1, "the second review joined")
+        idp.gate.set()
+        answers = [(await first).outcome, (await second).outcome]
+    finally:
+        await gw.close()
+    assert [type(a) for a in answers] == [type(answer)] * 2, answers
+    assert idp.seen == ["shared"]
 
 
 def test_two_caller_tokens_with_one_secret_are_refused_without_echoing_it() -> None:

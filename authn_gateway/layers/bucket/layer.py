@@ -13,7 +13,8 @@ from authn_gateway.observe.metrics import Metrics
 from backends.base import Authenticator, HeldBack, Verdict
 from backends.context import ReviewContext
 
-_REFUSED = HeldBack("outbound rate limit reached")
+#: What a review refused by its cluster's share of the bucket is told.
+REFUSED = "outbound rate limit reached"
 
 
 class BudgetLayer(Layer):
@@ -32,6 +33,6 @@ class BudgetLayer(Layer):
         if not allowed:
             self.limiters.refusal("outbound", self.name)
             self.clusters.refused(self.name, cluster, "bucket")
-            return Verdict(_REFUSED, self.name)
+            return Verdict(HeldBack(REFUSED, cluster=cluster), self.name)
         self.clusters.called(self.name, cluster, paid_by or cluster)
         return await self.inner.review(review)

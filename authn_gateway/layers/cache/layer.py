@@ -21,7 +21,7 @@ from authn_gateway.layers.base import Layer
 from authn_gateway.layers.cache.metrics import CacheMetrics
 from authn_gateway.layers.cache.policy import CacheEntry, PreviousKeys, ReviewCache
 from authn_gateway.layers.coalesce import Coalescer
-from authn_gateway.layers.concurrency.layer import SATURATED
+from authn_gateway.layers.concurrency.layer import saturated
 from authn_gateway.observe.metrics import Metrics
 from authn_gateway.revocation.eviction import Evictor
 from authn_gateway.tasks import Background
@@ -107,9 +107,19 @@ class CacheLayer(Layer):
                     lambda: self._fill(key, review, servable, not servable),
                     lambda: self._recheck(key),
                 )
+                if _another_clusters_refusal(verdict, review.cluster):
+                    # It joined a call another cluster's share or line refused: the IdP
+                    # was not asked, and that cluster's storm is not this review's. It
+                    # asks under its own cluster's share, once; other reviews of the
+                    # token that come meanwhile join this call.
+                    verdict = await self.coalescer.do(
+                        key,
+                        lambda: self._fill(key, review, servable, not servable),
+                        lambda: self._recheck(key),
+                    )
         except TimeoutError:
             verdict = Verdict(Unavailable("no answer within the review deadline"), self.name)
-        if verdict.outcome is SATURATED and entry is not None and servable:
+        if saturated(verdict.outcome) and entry is not None and servable:
             # The slot it saw free was taken before its call ran: stale, refresh queued.
             return self._stale_and_refresh(entry, key, review)
         if isinstance(verdict.outcome, Unavailable):
@@ -198,3 +208,10 @@ class CacheLayer(Layer):
         if known is not None and self._servable(known, asked_at):
             return self._stale(known)
         return verdict
+
+
+def _another_clusters_refusal(verdict: Verdict, cluster: str) -> bool:
+    """Whether ``verdict`` is a refusal by another cluster's share or line (the review
+    joined that cluster's call for the token)."""
+    outcome = verdict.outcome
+    return isinstance(outcome, HeldBack) and outcome.cluster not in (None, cluster)

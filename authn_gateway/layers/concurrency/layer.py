@@ -29,6 +29,11 @@ from backends.context import ReviewContext
 SATURATED = HeldBack("IdP saturated: no call slot in time")
 
 
+def saturated(outcome: object) -> bool:
+    """Whether ``outcome`` is this layer's refusal (of any cluster's line)."""
+    return isinstance(outcome, HeldBack) and outcome.reason == SATURATED.reason
+
+
 class ConcurrencyLayer(Layer):
     def __init__(self, inner: Authenticator, limiter: ConcurrencyLimiter, metrics: Metrics) -> None:
         super().__init__(inner)
@@ -44,11 +49,12 @@ class ConcurrencyLayer(Layer):
         elif (free := self.limiter.try_acquire(priority, cluster)) is not None:
             slot = free
         else:
-            return Verdict(SATURATED, self.name)  # not counted: the refresh it queues is
+            # Not counted: the refresh it queues is.
+            return Verdict(HeldBack(SATURATED.reason, cluster=cluster), self.name)
         if isinstance(slot, Refusal):
             self.metrics.refusal(self.name, slot.value)
             self.clusters.refused(self.name, cluster, slot.value)
-            return Verdict(SATURATED, self.name)
+            return Verdict(HeldBack(SATURATED.reason, cluster=cluster), self.name)
         self.metrics.slot_waited(self.name, slot.waited)
         self.clusters.waited(self.name, cluster, slot.waited)
         try:
