@@ -259,3 +259,41 @@ def test_a_review_that_joined_another_clusters_refused_call_makes_its_own(
     assert "outbound rate limit reached" in refusal(prod)
     assert staging.status_code == 200 and staging.json()["status"]["authenticated"], staging.text
     assert fake_idp.stats().by_tag["shared"].calls == 1
+
+
+def test_each_clusters_wait_for_a_call_slot_is_recorded_under_its_name(
+    fake_idp: FakeIdP, gateway_factory: Start
+) -> None:
+    """Two clusters' never-seen tokens at once against an IdP that takes 0.2 s and a
+    limit of two calls in flight: each call's wait for its slot is a sample of
+    authn_gateway_cluster_queue_wait_seconds under its own cluster (one per IdP call,
+    as the IdP counts them), and the calls that queued show in each cluster's sum."""
+    backend = userinfo_backend(
+        fake_idp,
+        concurrency={"initial_limit": 2, "min_limit": 2, "max_limit": 2},
+        timeouts={"connect_seconds": 0.5, "read_seconds": 4.0, "total_seconds": 4.0},
+    )
+    cfg = {**two_clusters(fake_idp), "backends": [backend]}
+    gw = gateway_factory(cfg)
+    fake_idp.configure(latency=0.05)
+    for i in range(4):  # measured: from here on a call may wait for a slot
+        assert authenticated(gw, f"good-warm~{i}@prod", "prod")
+    fake_idp.configure(latency=0.2)
+    with ThreadPoolExecutor(8) as pool:
+        answers = [
+            pool.submit(review, gw, f"good-u{i}~@{cluster}", cluster)
+            for i in range(4)
+            for cluster in ("prod", "staging")
+        ]
+        assert all(a.result().status_code == 200 for a in answers)
+    text = scrape(gw)
+    wait = "authn_gateway_cluster_queue_wait_seconds"
+    by_tag = fake_idp.stats().by_tag
+    for cluster in ("prod", "staging"):
+        calls = by_tag[cluster].calls
+        assert calls >= 2, (cluster, calls)
+        samples = metric_value(text, f"{wait}_count", backend="idp", cluster=cluster)
+        assert samples == calls, (cluster, samples, calls)
+        assert metric_value(text, f"{wait}_bucket", cluster=cluster, le="+Inf") == calls
+        assert metric_value(text, f"{wait}_sum", backend="idp", cluster=cluster) > 0, cluster
+    assert f'{wait}_count{{backend="idp",cluster="default"}}' not in text
