@@ -76,12 +76,12 @@ report() {
 }
 
 phase lint sh -c '.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy'
-if ! phase unit .venv/bin/pytest -q -x tests/unit; then
+if ! phase unit .venv/bin/pytest -q -x -n "${TEST_WORKERS:-2}" --dist loadfile tests/unit; then
     summary+=("process, deploy, perf: not run (the unit tier failed)")
     report
     exit 1
 fi
-phase process .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile tests/process
+phase process .venv/bin/pytest -q -n "${PROCESS_WORKERS:-3}" --dist loadfile tests/process
 phase deploy .venv/bin/pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile tests/deploy
 # The perf tier: documented commands whose checks hold on a busy machine two at a time,
 # then what needs the machine to itself (marked exclusive) alone.
