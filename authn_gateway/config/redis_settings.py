@@ -9,8 +9,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from pydantic import Field, field_validator, model_validator
 from redis.connection import parse_url
 
+from backends.base import BackendConfigError
 from backends.durations import Interval, Timeout, count
-from backends.settings import Secret, Strict
+from backends.http import ca_bundle
+from backends.settings import FilePath, Secret, Strict
 
 #: The highest database number redis.url may select (Redis has 16 unless its
 #: ``databases`` says more).
@@ -58,6 +60,12 @@ def _db(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= MAX_DB
 
 
+class RedisTLSSettings(Strict):
+    # PEM bundle of the CAs that sign the Redis server's certificate, for a rediss://
+    # url; the system store when unset. (Its query cannot carry ssl_* arguments.)
+    ca_file: FilePath | None = None
+
+
 class RedisSettings(Strict):
     """Fleet mode: replicas share cache, breaker state, buckets and coalescing leases."""
 
@@ -70,6 +78,7 @@ class RedisSettings(Strict):
     # Redis Cluster: url names one node; the client discovers the rest.
     cluster: bool = False
     password: Secret | None = None
+    tls: RedisTLSSettings = Field(default_factory=RedisTLSSettings)
     key_prefix: str = Field(default="authn-gw", pattern=r"^[A-Za-z0-9:_-]+$")
     # Every Redis call's deadline. Past it that call uses local state. Measured from the
     # gateway under load on a shared 2-core host: p99 5-50 ms at load average ~4, with a
@@ -126,4 +135,12 @@ class RedisSettings(Strict):
                 raise ValueError(f"sentinels[{i}]: must be host:port")
         if self.cluster and self.sentinels:
             raise ValueError("cluster: cannot be combined with sentinels")
+        if self.tls.ca_file is not None:
+            if not (self.url or "").startswith("rediss://"):
+                raise ValueError("tls.ca_file: takes a rediss:// url (TLS)")
+            try:
+                # Read as the backends' CA files are: check-config names a bad one.
+                ca_bundle(self.tls.ca_file, "tls.ca_file")
+            except BackendConfigError as exc:
+                raise ValueError(str(exc)) from None
         return self

@@ -21,6 +21,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
@@ -31,9 +32,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from authn_gateway.config import RedisSettings
+from authn_gateway.config import ConfigError, RedisSettings
 from authn_gateway.fleet.metrics import FleetMetrics
 from authn_gateway.observe.metrics import Metrics
+from backends.base import BackendConfigError
+from backends.http import ca_bundle
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,15 @@ def lua_script(package: str, name: str) -> str:
     return resources.files(package).joinpath(name).read_text()
 
 
+def redis_ca_bundle(ca_file: Path) -> str:
+    """The PEM text of redis.tls.ca_file, read and checked as the backends' CA files are
+    (backends/http.py): a missing, odd or certificate-less file is one config line."""
+    try:
+        return ca_bundle(ca_file, "redis.tls.ca_file")
+    except BackendConfigError as exc:
+        raise ConfigError("redis", [str(exc)]) from None
+
+
 def make_client(settings: RedisSettings) -> Any:
     timeout = settings.timeout_seconds
     password = settings.password.get_secret_value() if settings.password else None
@@ -65,6 +77,8 @@ def make_client(settings: RedisSettings) -> Any:
         "password": password,
         "health_check_interval": 10,
     }
+    if settings.tls.ca_file is not None:
+        common["ssl_ca_data"] = redis_ca_bundle(settings.tls.ca_file)
     if settings.sentinels:
         hosts = [(h.rsplit(":", 1)[0], int(h.rsplit(":", 1)[1])) for h in settings.sentinels]
         sentinel = Sentinel(  # type: ignore[no-untyped-call]

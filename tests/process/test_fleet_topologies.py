@@ -7,12 +7,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import loadclient
 from tests.support.backend_configs import userinfo_backend
 from tests.support.fakes.idp import FakeIdP
-from tests.support.procs import GatewayProcess
+from tests.support.pki import issue, make_ca
+from tests.support.procs import GatewayProcess, metric_value
 from tests.support.redis_server import RedisClusterNodes, RedisSentinel, RedisServer
 
 Start = Callable[..., GatewayProcess]
@@ -32,6 +34,23 @@ def cluster(tmp_path: Path) -> Iterator[RedisClusterNodes]:
     nodes = RedisClusterNodes(tmp_path).start()
     yield nodes
     nodes.stop()
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[tuple[RedisServer, Path]]:
+    """A redis-server that speaks TLS only, with a certificate of a private CA."""
+    ca = make_ca("redis-test-ca")
+    cert, key = issue(ca, "redis", server=True).write(tmp_path, "redis")
+    ca_file = tmp_path / "redis-ca.crt"
+    ca_file.write_bytes(ca.cert_pem())
+    server = RedisServer(tmp_path)
+    server.start(
+        "--port", "0", "--tls-port", str(server.port), "--tls-cert-file", str(cert),
+        "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca_file),
+        "--tls-auth-clients", "no",
+    )  # fmt: skip
+    yield server, ca_file
+    server.stop()
 
 
 def config(idp: FakeIdP, redis: dict[str, Any]) -> dict[str, Any]:
@@ -78,3 +97,21 @@ async def test_fleet_over_cluster(
     cfg = config(fake_idp, {"url": cluster.url, "cluster": True})
     replicas = [gateway_factory(cfg, name=f"c{i}") for i in range(2)]
     await behaves_as_one_gateway(fake_idp, replicas)
+
+
+async def test_fleet_over_tls_with_a_private_ca(
+    fake_idp: FakeIdP, tls_redis: tuple[RedisServer, Path], gateway_factory: Start, tmp_path: Path
+) -> None:
+    """rediss:// with redis.tls.ca_file (its query takes no ssl_* arguments): the
+    replicas reach Redis and act as one; without the CA they cannot verify it and run
+    on local state, said in the log and the mode metric, never a failed start."""
+    server, ca_file = tls_redis
+    url = f"rediss://127.0.0.1:{server.port}/0"
+    cfg = config(fake_idp, {"url": url, "tls": {"ca_file": str(ca_file)}})
+    replicas = [gateway_factory(cfg, name=f"t{i}") for i in range(2)]
+    await behaves_as_one_gateway(fake_idp, replicas)
+
+    untrusting = gateway_factory(config(fake_idp, {"url": url}), name="no-ca")
+    untrusting.wait_for_log("falling back to local state")
+    metrics = httpx.get(f"{untrusting.url}/metrics", timeout=10).text
+    assert metric_value(metrics, "authn_gateway_redis_mode", mode="local") == 1

@@ -6,6 +6,7 @@ Redis and uvicorn take are clamped before ``int()``."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from authn_gateway.config import ConfigError, parse_config
 from backends.durations import WHOLE_MAX_SECONDS, per_second, whole_ms, whole_seconds
 from tests.support.config_helpers import MINIMAL, STRONG
 from tests.support.config_schema import Spot, document, spots
+from tests.support.pki import make_ca
 
 NUMBERS = [s for s in spots() if s.kind in (int, float)]
 HOSTILE = [math.inf, -math.inf, math.nan, "1e400", 10**100, "9" * 5001]
@@ -186,3 +188,34 @@ def test_the_database_in_the_redis_url_is_bounded(url: str, problem: str) -> Non
 def test_a_redis_url_with_a_database_and_no_other_parameter_is_taken(url: str) -> None:
     text = MINIMAL + f"secret: {STRONG}\nredis: {{url: '{url}'}}\n"
     assert parse_config(text, "gw.yaml").redis is not None
+
+
+def test_a_private_ca_for_rediss_is_redis_tls_ca_file_and_a_bad_one_is_one_line(
+    tmp_path: Path,
+) -> None:
+    """With the query closed to ssl_* arguments, a rediss:// url's private CA is a
+    field of its own, read and checked as the backends' CA files are."""
+    ca = make_ca("redis-ca")
+    good, empty = tmp_path / "ca.pem", tmp_path / "empty.pem"
+    good.write_bytes(ca.cert_pem())
+    empty.write_text("no certificate here\n")
+
+    def problems(url: str, ca_file: Path) -> list[str]:
+        text = (
+            MINIMAL + f"secret: {STRONG}\nredis: {{url: '{url}', tls: {{ca_file: '{ca_file}'}}}}\n"
+        )
+        with pytest.raises(ConfigError) as err:
+            parse_config(text, "gw.yaml")
+        return err.value.problems
+
+    text = (
+        MINIMAL + f"secret: {STRONG}\nredis: {{url: 'rediss://h/0', tls: {{ca_file: '{good}'}}}}\n"
+    )
+    redis = parse_config(text, "gw.yaml").redis
+    assert redis is not None and redis.tls.ca_file == good
+    assert problems("redis://h/0", good) == ["redis: tls.ca_file: takes a rediss:// url (TLS)"]
+    assert problems("rediss://h/0", empty) == [
+        f"redis: tls.ca_file: {empty}: holds no PEM certificate"
+    ]
+    [missing] = problems("rediss://h/0", tmp_path / "nope.pem")
+    assert missing.startswith(f"redis: tls.ca_file: {tmp_path / 'nope.pem'}: cannot read"), missing
