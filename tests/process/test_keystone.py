@@ -216,6 +216,20 @@ def warm(gw: GatewayProcess, token: str) -> None:
     pytest.fail(f"could not warm the cache: {st}")
 
 
+def served_within(gw: GatewayProcess, token: str, seconds: float) -> None:
+    """Authenticated within ``seconds``, asked every half second, never refused as
+    invalid meanwhile."""
+    deadline = time.monotonic() + seconds
+    while True:
+        st = status(gw, token)
+        if st["authenticated"] is True:
+            return
+        assert "error" in st, st  # unavailable while it recovers; never "invalid"
+        if time.monotonic() > deadline:
+            pytest.fail(f"not served within {seconds:g} s: {st}")
+        time.sleep(0.5)
+
+
 def rejected(st: dict[str, Any]) -> bool:
     """Keystone said no: authenticated false and no error (kube-apiserver may cache it)."""
     return st.get("authenticated") is False and "error" not in st
@@ -688,11 +702,14 @@ def test_incident_replay_keystone_401s_then_times_out(world: World):
             # Never a false "invalid token" while Keystone is the one failing.
             assert row["answers"].get("rejected", 0) == 0, row
             assert row["keystone_calls_with_gateway"] * 5 < row["keystone_calls_without_gateway"]
-        # Recovery: answers came back under load, and everyone is served again.
+        # Recovery: answers came back under load, and everyone is served again. On a
+        # busy shared host Keystone (bcrypt, two uWSGI workers) can still be timing out
+        # the breaker's probes when the load stops (CI: the breaker open 12 s on), so
+        # each user is given 30 s more to be served, and must be.
         assert report["recovery"]["answers"].get("authenticated", 0) > 0
         assert report["recovery"]["answers"].get("rejected", 0) == 0
         for token in tokens:
-            warm(gw, token)
+            served_within(gw, token, 30.0)
     finally:
         stop.set()
         proxy.set("pass")
