@@ -2,7 +2,7 @@
 # Sets up everything the test suite needs on a fresh Debian machine, then runs the
 # linters, the type checker and the test suite, tier by tier:
 #
-#   unit     tests/unit: in process, no servers; under a minute; fails fast (-x)
+#   unit     tests/unit: in process (slapd for a few); under a minute; fails fast (-x)
 #   process  tests/process: real Redis, slapd, Keystone, gateway processes, on loopback
 #   deploy   tests/deploy: what deploy/ and the docs ship (kustomize, promtool, policies)
 #   perf     tests/perf: benchmarks and load tests, after the others; the documented
@@ -13,8 +13,10 @@
 #
 # The unit tier runs first and stops the run when it fails. After it, every phase runs
 # even if an earlier one failed, and the script ends with one line per phase and a
-# non-zero exit if any failed. The process and deploy tiers run on TEST_WORKERS
-# pytest-xdist workers (2: this machine's cores), a test file to a worker.
+# non-zero exit if any failed. The unit and deploy tiers run on TEST_WORKERS
+# pytest-xdist workers (2: this machine's cores), a test file to a worker; the process
+# tier on PROCESS_WORKERS (3: its tests mostly wait on their servers; docs/decisions.md,
+# "Three workers for the process tier").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
