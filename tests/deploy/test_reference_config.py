@@ -34,6 +34,8 @@ COMMENTED: dict[str, str] = {
     "deny_list.file": "only without redis (with it the deny list lives in Redis)",
     "redis.sentinels": "instead of redis.url",
     "redis.sentinel_master": "with redis.sentinels only",
+    "redis.tls": "with a rediss:// url only (the reference's is redis://)",
+    "redis.tls.ca_file": "with a rediss:// url only (the reference's is redis://)",
     "static:tokens": "inline tokens, instead of (or with) the token file",
     "keystone:service.project_name": "instead of system_scope",
     "keystone:service.project_domain_name": "with project_name only",
