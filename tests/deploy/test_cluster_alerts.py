@@ -19,6 +19,7 @@ from tests.support.prometheus_helpers import (
     _promtool_test,
     _series,
     dashboard_row,
+    promql_panels_test,
     rule_groups,
 )
 
@@ -306,19 +307,7 @@ def test_the_dashboards_clusters_row_shows_each_clusters_figures(tmp_path: Path)
          (labels(backend=k, cluster="ci", reason="bucket"), 20),
          (labels(backend=k, cluster="prod", reason="bucket"), 1)],
     ]  # fmt: skip
-    tests = [
-        {
-            "expr": f"round({expr}, 0.01)",
-            "eval_time": "30m",
-            "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
-        }
-        for expr, samples in zip(concrete, expected, strict=True)
-    ]
-    _promtool_test(
-        tmp_path,
-        [{"interval": "1m", "input_series": storm_series(), "promql_expr_test": tests}],
-        interval="1m",
-    )
+    promql_panels_test(tmp_path, storm_series(), concrete, expected)
 
 
 def test_no_two_dashboard_panels_overlap() -> None:

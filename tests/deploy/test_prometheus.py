@@ -30,6 +30,7 @@ from tests.support.prometheus_helpers import (
     dashboard_row,
     grafana_to_promql,
     ops_port,
+    promql_panels_test,
     rule_groups,
     running_prometheus,
     wait_until,
@@ -747,16 +748,4 @@ def test_the_dashboards_authorization_row_shows_answers_reloads_rules_and_cache_
         [('{pod="gw-0"}', 20), ('{pod="gw-1"}', 21)],
         [("{}", 0.5)],  # 1.4 hits a second of 2.8 answers
     ]  # fmt: skip
-    tests = [
-        {
-            "expr": f"round({expr}, 0.01)",
-            "eval_time": "30m",
-            "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
-        }
-        for expr, samples in zip(exprs, expected, strict=True)
-    ]
-    _promtool_test(
-        tmp_path,
-        [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-        interval="1m",
-    )
+    promql_panels_test(tmp_path, series, exprs, expected)

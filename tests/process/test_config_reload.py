@@ -75,18 +75,23 @@ def test_a_reload_with_a_hostile_file_is_refused_in_one_line_and_the_next_applie
     assert gw.proc.poll() is None
 
 
+def check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    """``authn-gateway check-config PATH``; the timeout is a hang's guard (a FIFO)."""
+    return subprocess.run(
+        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_check_config_says_invalid_configuration_of_the_same_files(
     tmp_path: Path, name: str
 ) -> None:
     path = tmp_path / f"{name}.yaml"
     path.write_text(HOSTILE[name] if name == "nested" else config_text("tok-1", HOSTILE[name]))
-    result = subprocess.run(
-        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = check_config(path)
     assert result.returncode == 1, result
     head, *lines = result.stderr.splitlines()
     assert head == "invalid configuration:"
@@ -99,12 +104,7 @@ def test_check_config_says_invalid_configuration_of_the_same_files(
 def test_check_config_on_a_file_that_is_not_regular_is_one_line(tmp_path: Path, kind: str) -> None:
     # A FIFO with no writer hung check-config in open(); the timeout is the hang's guard.
     path = make_hostile(kind, tmp_path / "gw.yaml")
-    result = subprocess.run(
-        [sys.executable, "-m", "authn_gateway", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = check_config(path)
     assert result.returncode == 1, result
     assert result.stderr.splitlines() == [
         "invalid configuration:",

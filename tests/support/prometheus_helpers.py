@@ -149,6 +149,29 @@ def _series(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 
 
+def promql_panels_test(
+    tmp_path: Path,
+    series: list[dict[str, Any]],
+    exprs: list[str],
+    expected: list[list[tuple[str, float]]],
+) -> None:
+    """Each of ``exprs`` (rounded to 0.01) at 30m of ``series`` (one sample a minute)
+    gives its ``expected`` (labels, value) samples, by promtool against the shipped rules."""
+    tests = [
+        {
+            "expr": f"round({expr}, 0.01)",
+            "eval_time": "30m",
+            "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
+        }
+        for expr, samples in zip(exprs, expected, strict=True)
+    ]
+    _promtool_test(
+        tmp_path,
+        [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+        interval="1m",
+    )
+
+
 def _promtool_test(tmp_path: Path, tests: list[dict[str, Any]], interval: str = "15s") -> None:
     """Run ``tests`` (promtool's unit-test format) against the shipped rules."""
     rules_file = tmp_path / "rules.yaml"
